@@ -1,0 +1,116 @@
+"""imle_solvers: differentiable combinatorial solvers for PyTorch via Implicit MLE.
+
+The core (oracles, noise, targets, the I-MLE layer, estimators, top-k, errors) is imported eagerly;
+solver adapters, the ILP front end, pools, losses and data sets are loaded on first access so that
+``import imle_solvers`` never imports OR-Tools, PuLP, NetworkX or Dask.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    ImleSolversError,
+    InfeasibleError,
+    InvalidWeightsError,
+    MissingExtraError,
+    NegativeCycleError,
+    SolverTimeoutError,
+    UnboundedError,
+    WorkerCrashedError,
+)
+from .estimators import STE, Blackbox, PerturbedOptimizer
+from .imle import IMLE, imle
+from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
+from .oracle import MapOracle, TorchOracle
+from .target import AdaptiveTarget, OptimalTarget, PerturbedTarget, TargetDistribution
+from .topk import TopK
+
+__version__ = "0.1.0"
+
+# name -> module that defines it (imported on first attribute access, PEP 562)
+_LAZY: dict[str, str] = {
+    "hamming_loss": ".losses",
+    "regret": ".losses",
+    "SPOPlusLoss": ".losses",
+    "FenchelYoungLoss": ".losses",
+    "ILP": ".ilp",
+    "SolverPool": ".pool",
+    "SolutionCache": ".pool",
+    "CPSATOracle": ".adapters",
+    "PulpOracle": ".adapters",
+    "ShortestPath": ".adapters",
+    "GridShortestPath": ".adapters",
+    "Matching": ".adapters",
+    "SpanningTree": ".adapters",
+}
+
+__all__ = [
+    "IMLE",
+    "ILP",
+    "STE",
+    "AdaptiveTarget",
+    "Blackbox",
+    "CPSATOracle",
+    "FenchelYoungLoss",
+    "GridShortestPath",
+    "Gumbel",
+    "ImleSolversError",
+    "InfeasibleError",
+    "InvalidWeightsError",
+    "MapOracle",
+    "Matching",
+    "MissingExtraError",
+    "NegativeCycleError",
+    "NoNoise",
+    "NoiseDistribution",
+    "Normal",
+    "OptimalTarget",
+    "PerturbedOptimizer",
+    "PerturbedTarget",
+    "PulpOracle",
+    "SPOPlusLoss",
+    "ShortestPath",
+    "SolutionCache",
+    "SolverPool",
+    "SolverTimeoutError",
+    "SpanningTree",
+    "SumOfGamma",
+    "TargetDistribution",
+    "TopK",
+    "TorchOracle",
+    "UnboundedError",
+    "WorkerCrashedError",
+    "__version__",
+    "hamming_loss",
+    "imle",
+    "regret",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'imle_solvers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from .adapters import (  # noqa: F401
+        CPSATOracle,
+        GridShortestPath,
+        Matching,
+        PulpOracle,
+        ShortestPath,
+        SpanningTree,
+    )
+    from .ilp import ILP  # noqa: F401
+    from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # noqa: F401
+    from .pool import SolutionCache, SolverPool  # noqa: F401

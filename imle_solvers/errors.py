@@ -1,0 +1,139 @@
+"""Typed errors raised by :mod:`imle_solvers`.
+
+Every error that concerns particular rows of a batch carries them in ``.rows`` (flat row indices of
+the ``(B·S, m)`` batch that reached the oracle, or of the ``(..., m)`` weights the user passed) and
+names them in its message, so that a failure in a batch of 256 says *which* instance failed.
+
+Hierarchy::
+
+    ImleSolversError
+    ├── InvalidWeightsError      (also a ValueError)   NaN/inf, wrong length, wrong dtype
+    ├── InfeasibleError                                 no state satisfies the constraints
+    ├── UnboundedError                                  the objective is unbounded
+    ├── SolverTimeoutError       (also a TimeoutError)  time limit hit with no usable answer
+    ├── NegativeCycleError                              shortest path with a negative cycle
+    ├── WorkerCrashedError                              a pool worker died mid-call
+    └── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "ImleSolversError",
+    "InfeasibleError",
+    "InvalidWeightsError",
+    "MissingExtraError",
+    "NegativeCycleError",
+    "SolverTimeoutError",
+    "UnboundedError",
+    "WorkerCrashedError",
+]
+
+
+def _format_rows(rows: Sequence[int], limit: int = 10) -> str:
+    shown = ", ".join(str(r) for r in rows[:limit])
+    more = f", … ({len(rows)} rows in all)" if len(rows) > limit else ""
+    return f"{shown}{more}"
+
+
+class ImleSolversError(Exception):
+    """Base class of every error raised by :mod:`imle_solvers`.
+
+    Parameters
+    ----------
+    message
+        What went wrong, without the row information (that is added here).
+    rows
+        Flat batch-row indices the error concerns, if known.
+    """
+
+    def __init__(self, message: str, rows: Iterable[int] | None = None) -> None:
+        self.message = message
+        self.rows: tuple[int, ...] = tuple(int(r) for r in rows) if rows is not None else ()
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if not self.rows:
+            return self.message
+        label = "row" if len(self.rows) == 1 else "rows"
+        return f"batch {label} {_format_rows(self.rows)}: {self.message}"
+
+    @property
+    def row(self) -> int | None:
+        """The first row the error concerns, or ``None`` when unknown."""
+        return self.rows[0] if self.rows else None
+
+    def with_rows(self, rows: Iterable[int]) -> ImleSolversError:
+        """Attach batch rows to an error raised by a single-instance ``solve`` (in place)."""
+        self.rows = tuple(int(r) for r in rows)
+        self.args = (self._render(),)
+        return self
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Errors travel back from pool workers: keep the rows through pickling.
+        return (_rebuild_error, (type(self), self.message, self.rows, self.__dict__.copy()))
+
+    def __str__(self) -> str:
+        return self._render()
+
+
+def _rebuild_error(
+    cls: type[ImleSolversError], message: str, rows: tuple[int, ...], state: dict[str, object]
+) -> ImleSolversError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    err.message = message
+    err.rows = rows
+    err.args = (err._render(),)
+    return err
+
+
+class InvalidWeightsError(ImleSolversError, ValueError):
+    """Weights that no oracle can take: NaN/inf entries, the wrong last dimension or a non-float dtype."""
+
+
+class InfeasibleError(ImleSolversError):
+    """The constraints admit no state (an ILP with an empty feasible set, no path source → target)."""
+
+
+class UnboundedError(ImleSolversError):
+    """The objective is unbounded over the feasible set (e.g. an ILP with an unbounded variable)."""
+
+
+class SolverTimeoutError(ImleSolversError, TimeoutError):
+    """A solver or pool call hit its time limit without a usable answer."""
+
+
+class NegativeCycleError(ImleSolversError):
+    """A shortest-path instance whose (perturbed) weights contain a negative cycle reachable from the source."""
+
+
+class WorkerCrashedError(ImleSolversError):
+    """A pool worker process died (killed, segfaulted) while solving the given rows."""
+
+
+class MissingExtraError(ImleSolversError, ImportError):
+    """An optional dependency is missing; the message names the ``pip install 'imle-solvers[extra]'``."""
+
+
+def require(module: str, extra: str) -> object:
+    """Import an optional dependency or raise :class:`MissingExtraError` naming the extra to install.
+
+    Parameters
+    ----------
+    module
+        Module to import, e.g. ``"ortools.sat.python.cp_model"``.
+    extra
+        The ``imle-solvers`` extra that provides it, e.g. ``"cpsat"``.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise MissingExtraError(
+            f"{module!r} is not installed; install it with: pip install 'imle-solvers[{extra}]'"
+        ) from exc

@@ -1,0 +1,255 @@
+"""MAP oracles: the only thing I-MLE needs from a combinatorial problem (paper, sec. 3, eq. 2-3).
+
+A MAP oracle maps weights to a highest-scoring state of the constrained exponential family
+``p(z; θ) ∝ exp(⟨z, θ⟩) · [z ∈ C]`` (eq. 1), i.e. ``MAP(θ) = argmax_{z ∈ C} ⟨z, θ⟩``.
+
+Two contracts:
+
+* :class:`MapOracle` — a host (numpy) solver: CP-SAT, PuLP, NetworkX, your own code.
+* :class:`TorchOracle` — a device-native, batched solver (e.g. :class:`~imle_solvers.TopK`) that never
+  leaves the weights' device.
+
+Sign convention (``DESIGN.md``): ``oracle.sense == "max"`` means the weights handed to it are scores θ;
+``"min"`` means they are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's
+own sense; all I-MLE arithmetic is done in θ-space by :func:`map_solve`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+import torch
+
+from .errors import ImleSolversError, InvalidWeightsError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = [
+    "BatchSolver",
+    "MapOracle",
+    "TorchOracle",
+    "check_weights",
+    "map_solve",
+    "sense_sign",
+]
+
+Sense = Literal["max", "min"]
+
+
+class MapOracle(abc.ABC):
+    """A MAP solver for a constrained discrete distribution (paper, eq. 3 and Example 3).
+
+    Subclasses set three attributes and implement :meth:`solve`:
+
+    Attributes
+    ----------
+    sense
+        ``"max"``: weights are scores θ to maximise; ``"min"``: weights are costs to minimise (θ = −cost).
+    n_vars
+        Length ``m`` of a weight vector (and of a state).
+    expected_nonzeros
+        ``⟨z, 1⟩`` of a typical state (``k`` for a k-subset, the mean path length, …) or ``None`` when
+        unknown. :class:`~imle_solvers.SumOfGamma` with ``k=None`` uses it (Theorem 1).
+
+    Notes
+    -----
+    ``solve`` must be correct for *any* finite weights, negative ones included (perturbations and SPO+'s
+    ``2ĉ − c`` produce them), or raise a typed error from :mod:`imle_solvers.errors`.
+    Ties may be broken arbitrarily but deterministically.
+    """
+
+    sense: Sense = "max"
+    n_vars: int
+    expected_nonzeros: float | None = None
+
+    @abc.abstractmethod
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        """Solve one instance.
+
+        Parameters
+        ----------
+        weights
+            ``(m,)`` float array in the oracle's :attr:`sense`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(m,)`` state in ``C`` (usually 0/1), float64.
+        """
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        """Solve a batch, validating every row before the first solve.
+
+        Parameters
+        ----------
+        weights
+            ``(B, m)`` float array in the oracle's :attr:`sense`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(B, m)`` float64 states, row ``i`` solving ``weights[i]``. A solver error is re-raised
+            with ``.rows == (i,)``.
+        """
+        weights = self.validate(weights)
+        return self._solve_rows(weights, range(weights.shape[0]))
+
+    def _solve_rows(self, weights: np.ndarray, rows: Sequence[int]) -> np.ndarray:
+        """Loop :meth:`solve` over already-validated rows; ``rows`` are the indices used in errors."""
+        out = np.empty(weights.shape, dtype=np.float64)
+        for i, row in enumerate(rows):
+            try:
+                out[i] = self.solve(weights[i])
+            except ImleSolversError as err:
+                if not err.rows:
+                    err.with_rows([row])
+                raise
+        return out
+
+    def validate(self, weights: np.ndarray) -> np.ndarray:
+        """Check a ``(B, m)`` (or ``(m,)``) batch and return it as a C-contiguous float64 array.
+
+        Raises
+        ------
+        InvalidWeightsError
+            For a non-floating dtype, a last dimension other than :attr:`n_vars`, or NaN/inf entries
+            (the message names the offending rows).
+        """
+        arr = np.asarray(weights)
+        if arr.dtype.kind != "f":
+            raise InvalidWeightsError(
+                f"weights must have a floating dtype, got {arr.dtype}; convert with .astype(np.float64)"
+            )
+        if arr.ndim == 0 or arr.shape[-1] != self.n_vars:
+            raise InvalidWeightsError(
+                f"{type(self).__name__} expects weights whose last dimension is n_vars={self.n_vars}, "
+                f"got shape {arr.shape}"
+            )
+        bad = ~np.isfinite(arr.reshape(-1, self.n_vars)).all(axis=1)
+        if bad.any():
+            raise InvalidWeightsError("weights contain NaN or inf", rows=np.flatnonzero(bad).tolist())
+        return np.ascontiguousarray(arr, dtype=np.float64)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_vars={self.n_vars}, sense={self.sense!r})"
+
+
+class TorchOracle(MapOracle):
+    """A device-native MAP oracle: batched, on the weights' device, with no host synchronisation.
+
+    Implement :meth:`solve_torch`; :meth:`solve` and :meth:`solve_batch` (numpy) are derived from it,
+    so a ``TorchOracle`` also works anywhere a :class:`MapOracle` is expected.
+    """
+
+    @abc.abstractmethod
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        """Solve ``(..., m)`` weights (oracle sense) into ``(..., m)`` states, same device and dtype."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        """Solve one ``(m,)`` numpy instance through :meth:`solve_torch`."""
+        return self.solve_batch(np.asarray(weights)[None])[0]
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        """Solve a ``(B, m)`` numpy batch through :meth:`solve_torch` on the CPU."""
+        arr = self.validate(weights)
+        return self.solve_torch(torch.from_numpy(arr)).numpy().astype(np.float64, copy=False)
+
+
+class BatchSolver(Protocol):
+    """What :func:`map_solve` needs from a pool: see :class:`imle_solvers.SolverPool`."""
+
+    def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
+        """Solve ``(N, m)`` oracle-sense weights, returning ``(N, m)`` states in row order."""
+        ...
+
+
+def sense_sign(oracle: MapOracle) -> float:
+    """``+1`` for a ``"max"`` oracle, ``−1`` for ``"min"``: ``θ = sign · weights``."""
+    if oracle.sense not in ("max", "min"):
+        raise ValueError(f"oracle.sense must be 'max' or 'min', got {oracle.sense!r}")
+    return 1.0 if oracle.sense == "max" else -1.0
+
+
+def check_weights(weights: torch.Tensor, oracle: MapOracle, *, check_finite: bool = True) -> None:
+    """Validate layer input ``(..., m)`` before any noise is drawn or any solver runs.
+
+    Parameters
+    ----------
+    weights
+        The tensor handed to a layer.
+    oracle
+        The oracle that will solve it (for ``n_vars``).
+    check_finite
+        Also check for NaN/inf. On an accelerator this needs one host synchronisation, so layers
+        skip it for :class:`TorchOracle` on non-CPU devices unless asked.
+
+    Raises
+    ------
+    InvalidWeightsError
+        Naming the flat batch rows (over the leading dimensions) that are bad.
+    """
+    if not isinstance(weights, torch.Tensor):
+        raise InvalidWeightsError(f"weights must be a torch.Tensor, got {type(weights).__name__}")
+    if not weights.is_floating_point():
+        raise InvalidWeightsError(
+            f"weights must have a floating dtype, got {weights.dtype}; use weights.float()"
+        )
+    if weights.dim() == 0 or weights.shape[-1] != oracle.n_vars:
+        raise InvalidWeightsError(
+            f"{type(oracle).__name__} expects weights of shape (..., {oracle.n_vars}), "
+            f"got {tuple(weights.shape)}"
+        )
+    if check_finite:
+        finite_rows = torch.isfinite(weights.detach().reshape(-1, oracle.n_vars)).all(dim=1)
+        if not bool(finite_rows.all()):
+            bad = torch.nonzero(~finite_rows).flatten().tolist()
+            raise InvalidWeightsError("weights contain NaN or inf", rows=bad)
+
+
+def map_solve(oracle: MapOracle, theta: torch.Tensor, pool: BatchSolver | None = None) -> torch.Tensor:
+    """``MAP(θ)`` for a ``(N, m)`` batch given in θ-space (maximise ``⟨z, θ⟩``), on θ's device and dtype.
+
+    This is the single place where tensors meet solvers:
+
+    * a :class:`TorchOracle` solves on the device — no copy, no sync;
+    * any other oracle gets **one** host copy of the whole batch, solved by ``pool`` (or serially by
+      ``oracle.solve_batch``), and **one** copy back.
+
+    Parameters
+    ----------
+    oracle
+        The MAP oracle; θ is converted to its sense (``weights = sign · θ``).
+    theta
+        ``(N, m)`` scores.
+    pool
+        Optional :class:`~imle_solvers.SolverPool` that spreads the rows over workers.
+    """
+    sign = sense_sign(oracle)
+    weights = theta if sign > 0 else -theta  # θ → oracle sense   [N, m]
+    if isinstance(oracle, TorchOracle):
+        return oracle.solve_torch(weights).to(theta.dtype)
+    host = _to_host(weights)  # one device → host copy of the whole batch   [N, m] float64
+    states = pool.solve_batch(oracle, host) if pool is not None else oracle.solve_batch(host)
+    return _to_device(states, theta)
+
+
+def _to_host(weights: torch.Tensor) -> np.ndarray:
+    """One copy of a ``(N, m)`` tensor to a float64 numpy array (pinned staging on CUDA)."""
+    w = weights.detach()
+    if w.device.type == "cuda":
+        staging = torch.empty(w.shape, dtype=w.dtype, pin_memory=True)
+        staging.copy_(w)  # synchronous: the solver needs the values now
+        return staging.numpy().astype(np.float64)
+    return w.to(torch.float64).numpy().copy() if w.dtype != torch.float64 else w.numpy().copy()
+
+
+def _to_device(states: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """One copy of solver states back to ``like``'s device and dtype."""
+    out = torch.from_numpy(np.ascontiguousarray(states)).to(like.dtype)
+    if like.device.type == "cuda":
+        return out.pin_memory().to(like.device, non_blocking=True)
+    return out.to(like.device)
+

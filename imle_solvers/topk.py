@@ -1,0 +1,44 @@
+"""Top-k: the k-subset MAP oracle of paper Example 2, native to torch (batched, on device)."""
+
+from __future__ import annotations
+
+import torch
+
+from .oracle import TorchOracle
+
+__all__ = ["TopK"]
+
+
+class TopK(TorchOracle):
+    """MAP of the k-subset distribution (paper, Example 2): the indicator of the k largest scores.
+
+    ``MAP(θ) = 1[i ∈ top-k(θ)]``. Runs on the weights' device with one ``torch.topk`` and one
+    ``scatter``: no host synchronisation. ``TopK(k=1, n_vars)`` is the categorical (one-hot argmax)
+    oracle of Proposition 1.
+
+    Parameters
+    ----------
+    k
+        Subset size, ``1 <= k <= n_vars``.
+    n_vars
+        Number of items m.
+    """
+
+    sense = "max"
+
+    def __init__(self, k: int, n_vars: int) -> None:
+        if int(n_vars) != n_vars or n_vars < 1:
+            raise ValueError(f"n_vars must be a positive integer, got {n_vars}")
+        if int(k) != k or not 1 <= k <= n_vars:
+            raise ValueError(f"k must be an integer in [1, n_vars={n_vars}], got {k}")
+        self.k = int(k)
+        self.n_vars = int(n_vars)
+        self.expected_nonzeros = float(k)
+
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        idx = torch.topk(weights, self.k, dim=-1).indices  # the k best items   [..., k]
+        z = torch.zeros_like(weights)
+        return z.scatter_(-1, idx, 1.0)  # z_i = 1[i ∈ top-k]                   [..., m]
+
+    def __repr__(self) -> str:
+        return f"TopK(k={self.k}, n_vars={self.n_vars})"
