@@ -44,6 +44,7 @@ _LAZY: dict[str, str] = {
     "GridShortestPath": ".adapters",
     "Matching": ".adapters",
     "SpanningTree": ".adapters",
+    "DAGShortestPath": ".adapters",
 }
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "AdaptiveTarget",
     "Blackbox",
     "CPSATOracle",
+    "DAGShortestPath",
     "FenchelYoungLoss",
     "GridShortestPath",
     "Gumbel",
