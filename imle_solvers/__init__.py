@@ -48,8 +48,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
-    "IMLE",
     "ILP",
+    "IMLE",
     "STE",
     "AdaptiveTarget",
     "Blackbox",
@@ -105,7 +105,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .adapters import (  # noqa: F401
+    from .adapters import (
         CPSATOracle,
         GridShortestPath,
         Matching,
@@ -113,6 +113,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShortestPath,
         SpanningTree,
     )
-    from .ilp import ILP  # noqa: F401
-    from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # noqa: F401
-    from .pool import SolutionCache, SolverPool  # noqa: F401
+    from .ilp import ILP
+    from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]
+    from .pool import SolutionCache, SolverPool

@@ -108,7 +108,7 @@ class SolverTimeoutError(ImleSolversError, TimeoutError):
 
 
 class NegativeCycleError(ImleSolversError):
-    """A shortest-path instance whose (perturbed) weights contain a negative cycle reachable from the source."""
+    """Shortest-path weights (perturbed ones too) with a negative cycle reachable from the source."""
 
 
 class WorkerCrashedError(ImleSolversError):

@@ -95,6 +95,8 @@ class MapOracle(abc.ABC):
             with ``.rows == (i,)``.
         """
         weights = self.validate(weights)
+        if weights.ndim != 2:
+            raise InvalidWeightsError(f"solve_batch expects a (B, {self.n_vars}) array, got {weights.shape}")
         return self._solve_rows(weights, range(weights.shape[0]))
 
     def _solve_rows(self, weights: np.ndarray, rows: Sequence[int]) -> np.ndarray:
@@ -155,6 +157,8 @@ class TorchOracle(MapOracle):
     def solve_batch(self, weights: np.ndarray) -> np.ndarray:
         """Solve a ``(B, m)`` numpy batch through :meth:`solve_torch` on the CPU."""
         arr = self.validate(weights)
+        if arr.ndim != 2:
+            raise InvalidWeightsError(f"solve_batch expects a (B, {self.n_vars}) array, got {arr.shape}")
         return self.solve_torch(torch.from_numpy(arr)).numpy().astype(np.float64, copy=False)
 
 

@@ -111,10 +111,11 @@ class OptimalTarget(TargetDistribution):
 class AdaptiveTarget(TargetDistribution):
     """Adaptive PID target (AI-MLE, Minervini et al. 2023): λ chosen per instance and adapted online.
 
-    ``λ = α · ‖θ‖ / ‖∇z L‖`` per row, so that the target step ``λ ∇z L`` has a size relative to θ,
-    and the factor α is adapted after every backward pass so that the *fraction of nonzero gradient
-    entries* tracks ``nonzero_target``: α grows by ``exp(step)`` when the gradient is sparser than the
-    target, shrinks by it otherwise. The difference is divided by λ as in :class:`PerturbedTarget`.
+    ``λ = α · max(‖θ‖, min_norm) / ‖∇z L‖`` per row, so that the target step ``λ ∇z L`` has a size
+    relative to θ, and the factor α is adapted after every backward pass so that the *fraction of
+    nonzero gradient entries* tracks ``nonzero_target``: α grows by ``exp(step)`` when the gradient is
+    sparser than the target, shrinks by it otherwise. The difference is divided by λ as in
+    :class:`PerturbedTarget`.
 
     With ``two_sided=True`` the central difference ``[MAP(θ + λ∇zL + ε) − MAP(θ − λ∇zL + ε)] / (2λ)``
     is used (both MAPs go to the solver in one batched call).
@@ -129,27 +130,33 @@ class AdaptiveTarget(TargetDistribution):
         Log-step of the multiplicative update of α (0 freezes α).
     two_sided
         Use the central difference.
+    min_norm
+        Floor on ‖θ‖, so that λ is not stuck at 0 when θ starts at 0.
     """
 
     nonzero_target: float = 0.1
     alpha: float = 1.0
     step: float = 0.05
     two_sided: bool = False
+    min_norm: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0 < self.nonzero_target <= 1:
             raise ValueError(f"nonzero_target must be in (0, 1], got {self.nonzero_target}")
         if not self.alpha > 0:
             raise ValueError(f"alpha must be > 0, got {self.alpha}")
+        if self.min_norm <= 0:
+            raise ValueError(f"min_norm must be > 0, got {self.min_norm}")
         if self.step < 0:
             raise ValueError(f"step must be >= 0, got {self.step}")
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """Per-row λ = α‖θ‖/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
+        """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
         theta_norm = torch.linalg.vector_norm(theta, dim=-1, keepdim=True)  # ‖θ‖    [N, 1, 1]
+        theta_norm = theta_norm.clamp_min(self.min_norm)
         grad_norm = torch.linalg.vector_norm(grad_z, dim=-1, keepdim=True)  # ‖∇zL‖  [N, S, 1]
         tiny = torch.finfo(grad_z.dtype).tiny
-        ratio = theta_norm.clamp_min(tiny) / grad_norm.clamp_min(tiny)
+        ratio = theta_norm / grad_norm.clamp_min(tiny)
         return torch.where(grad_norm > 0, self.alpha * ratio, torch.zeros_like(ratio))
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,122 @@
+"""Statistical tests of the noise distributions (Lemma 1, the finite-s bias theorem, Proposition 1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from imle_solvers import IMLE, Gumbel, NoNoise, Normal, SumOfGamma, TopK
+from tests.helpers import EnumOracle
+
+EULER_GAMMA = 0.5772156649015329
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def test_gumbel_moments_and_ks() -> None:
+    tau = 2.0
+    x = Gumbel(tau).sample((100_000,), dtype=torch.float64, generator=gen()).numpy()
+    assert stats.kstest(x, stats.gumbel_r(loc=0, scale=tau).cdf).pvalue > 0.01
+    assert abs(x.mean() - tau * EULER_GAMMA) < 0.03
+    assert abs(x.var() - math.pi**2 * tau**2 / 6) < 0.15
+
+
+@pytest.mark.parametrize(("k", "tau"), [(5, 1.0), (3, 2.5)])
+def test_lemma1_sum_of_k_sog_is_gumbel(k: int, tau: float) -> None:
+    # Lemma 1: Σ_{j=1}^{k} SoG(k, τ) ~ Gumbel(0, τ); with large s the finite-s bias (≤ τ/2s) is negligible.
+    s = 400
+    eps = SumOfGamma(k=k, tau=tau, s=s).sample((8000, k), dtype=torch.float64, generator=gen(1))
+    total = eps.sum(dim=1).numpy()
+    assert stats.kstest(total, stats.gumbel_r(loc=0, scale=tau).cdf).pvalue > 0.01
+    # A single SoG draw is NOT Gumbel(0, τ) (sanity: the test above can fail).
+    single = eps[:, 0].numpy()
+    assert stats.kstest(single, stats.gumbel_r(loc=0, scale=tau).cdf).pvalue < 1e-6
+
+
+@pytest.mark.parametrize("s", [1, 2, 3])
+def test_finite_s_bias_within_appendix_bound(s: int) -> None:
+    # Appendix theorem: τ/(2(s+1)) < E[Σ_j SoG(k, τ, s)] − τγ < τ/(2s).
+    k, tau, n = 4, 1.5, 100_000
+    total = SumOfGamma(k=k, tau=tau, s=s).sample((n, k), dtype=torch.float64, generator=gen(2)).sum(1)
+    bias = float(total.mean()) - tau * EULER_GAMMA
+    stderr = float(total.std()) / math.sqrt(n)
+    lower, upper = tau / (2 * (s + 1)), tau / (2 * s)
+    assert lower - 4 * stderr < bias < upper + 4 * stderr
+    # and the exact mean τ(H_s − log s) is where the sampler puts it
+    exact = tau * (sum(1 / i for i in range(1, s + 1)) - math.log(s))
+    assert abs(float(total.mean()) - exact) < 5 * stderr
+
+
+def test_sog_mean_for_paper_setting() -> None:
+    # SoG(κ=5, τ=1, s=10): E[Σ_5 draws] = H_10 − log 10 ∈ τγ + (1/22, 1/20)
+    total = SumOfGamma(k=5, tau=1.0, s=10).sample((200_000, 5), dtype=torch.float64, generator=gen(3)).sum(1)
+    exact = sum(1 / i for i in range(1, 11)) - math.log(10)
+    assert 1 / 22 < exact - EULER_GAMMA < 1 / 20
+    assert abs(float(total.mean()) - exact) < 5 * float(total.std()) / math.sqrt(total.numel())
+
+
+def test_proposition1_gumbel_max_matches_softmax() -> None:
+    # Prop. 1: for a categorical (top-1), argmax(θ + Gumbel(τ)) ~ softmax(θ/τ).
+    tau, n = 0.7, 60_000
+    theta = torch.tensor([0.5, -1.0, 0.2, 1.3, 0.0], dtype=torch.float64)
+    layer = IMLE(TopK(1, 5), noise=Gumbel(tau), generator=gen(4))
+    z = layer(theta.expand(n, 5))
+    counts = z.sum(0).numpy()
+    probs = torch.softmax(theta / tau, 0).numpy()
+    assert stats.chisquare(counts, probs * n).pvalue > 0.01
+    # the wrong temperature is rejected (the test has power)
+    wrong = torch.softmax(theta / (2 * tau), 0).numpy()
+    assert stats.chisquare(counts, wrong * n).pvalue < 1e-6
+
+
+def test_normal_and_nonoise() -> None:
+    x = Normal(0.5).sample((50_000,), generator=gen(5))
+    assert abs(float(x.mean())) < 0.01 and abs(float(x.std()) - 0.5) < 0.01
+    z = NoNoise().sample((3, 4), dtype=torch.float64)
+    assert z.dtype == torch.float64 and torch.count_nonzero(z) == 0 and NoNoise().is_zero
+
+
+@pytest.mark.parametrize("noise", [Gumbel(), SumOfGamma(k=3), Normal(), NoNoise()])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dtype_shape_and_generator(noise, dtype: torch.dtype) -> None:  # type: ignore[no-untyped-def]
+    a = noise.sample((4, 2, 6), device="cpu", dtype=dtype, generator=gen(7))
+    b = noise.sample((4, 2, 6), device="cpu", dtype=dtype, generator=gen(7))
+    assert a.shape == (4, 2, 6) and a.dtype == dtype and a.device.type == "cpu"
+    assert torch.equal(a, b) and torch.isfinite(a).all()
+    if not noise.is_zero:
+        c = noise.sample((4, 2, 6), dtype=dtype, generator=gen(8))
+        assert not torch.equal(a, c)
+
+
+def test_gumbel_extreme_uniforms_stay_finite() -> None:
+    x = Gumbel().sample((1_000_000,), dtype=torch.float32, generator=gen(9))
+    assert torch.isfinite(x).all()
+
+
+def test_sog_resolves_k_from_oracle() -> None:
+    assert SumOfGamma().resolve(TopK(3, 7)).k == 3.0
+    assert SumOfGamma(k=2).resolve(TopK(3, 7)).k == 2
+    oracle = EnumOracle(np.eye(3))
+    oracle.expected_nonzeros = None
+    with pytest.raises(ValueError, match="expected_nonzeros"):
+        SumOfGamma().resolve(oracle)
+    with pytest.raises(ValueError, match="expected_nonzeros"):
+        IMLE(oracle)  # default noise is SumOfGamma(k=None)
+    with pytest.raises(ValueError, match="no k yet"):
+        SumOfGamma().sample((2,))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Gumbel(0), lambda: SumOfGamma(k=0), lambda: SumOfGamma(tau=-1), lambda: SumOfGamma(s=0),
+     lambda: SumOfGamma(s=2.5), lambda: Normal(0)],
+)
+def test_invalid_parameters(make) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError):
+        make()
