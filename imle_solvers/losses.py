@@ -1,12 +1,25 @@
-"""Losses for training through discrete structures (paper sec. 5; predict-then-optimize)."""
+"""Losses and metrics for training through discrete structures (paper sec. 5; predict-then-optimize).
+
+* :func:`hamming_loss` — distance between states (paper sec. 5, Fact 1).
+* :func:`regret` — the decision quality of predicted weights under the true ones (Elmachtoub & Grigas).
+* :class:`SPOPlusLoss` — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas 2022).
+* :class:`FenchelYoungLoss` — the perturbed Fenchel-Young loss (Berthet et al. 2020).
+
+All solving goes through :func:`imle_solvers.oracle.map_solve`: one batched oracle (or pool) call per
+pass. Weights are in the oracle's sense (costs for a ``"min"`` oracle, values for ``"max"``).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
-__all__ = ["hamming_loss"]
+from .noise import NoiseDistribution, Normal
+from .oracle import BatchSolver, MapOracle, check_weights, map_solve, sense_sign
+
+__all__ = ["FenchelYoungLoss", "SPOPlusLoss", "hamming_loss", "regret"]
 
 Reduction = Literal["mean", "sum", "none"]
 
@@ -35,3 +48,258 @@ def hamming_loss(z: torch.Tensor, y: torch.Tensor, reduction: Reduction = "mean"
     """
     per_row = (z * (1 - y) + y * (1 - z)).mean(dim=-1)  # ℓ_H per row   [...]
     return _reduce(per_row, reduction)
+
+
+def _flat_pair(
+    oracle: MapOracle, weights_pred: torch.Tensor, weights_true: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate two same-shape ``(..., m)`` weight tensors and flatten them to ``(N, m)``."""
+    check_weights(weights_pred, oracle)
+    check_weights(weights_true, oracle)
+    if weights_pred.shape != weights_true.shape:
+        raise ValueError(
+            f"weights_pred and weights_true differ in shape: {tuple(weights_pred.shape)} vs "
+            f"{tuple(weights_true.shape)}"
+        )
+    m = oracle.n_vars
+    return weights_pred.reshape(-1, m), weights_true.reshape(-1, m)
+
+
+def regret(
+    oracle: MapOracle,
+    weights_pred: torch.Tensor,
+    weights_true: torch.Tensor,
+    normalized: bool = True,
+    pool: BatchSolver | None = None,
+    optimal: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Regret of deciding with predicted weights, measured with the true ones (SPO, Elmachtoub & Grigas).
+
+    With ``ẑ = MAP(ĉ)`` and ``z* = MAP(c)`` (solved in the oracle's sense), the regret of an instance
+    is ``⟨c, ẑ⟩ − ⟨c, z*⟩`` for a ``"min"`` oracle and ``⟨c, z*⟩ − ⟨c, ẑ⟩`` for ``"max"``: never
+    negative. Normalised (PyEPO's ``pyepo.metric.regret``): ``Σ_i regret_i / Σ_i |⟨c_i, z*_i⟩|``.
+
+    Parameters
+    ----------
+    oracle
+        The MAP oracle.
+    weights_pred, weights_true
+        ``(..., m)`` predicted and true weights, in the oracle's sense.
+    normalized
+        Return the normalised total (a 0-dim tensor); otherwise the per-instance regrets ``(...)``.
+    pool
+        Optional :class:`~imle_solvers.SolverPool`.
+    optimal
+        Optional ``(..., m)`` optimal states ``z*(c)`` (e.g. from a data set); solved when omitted.
+        Both solves otherwise go out in one batched call.
+
+    Returns
+    -------
+    torch.Tensor
+        Normalised regret (0-dim) or per-instance regrets, without gradient.
+    """
+    lead = weights_pred.shape[:-1]
+    pred, true = _flat_pair(oracle, weights_pred.detach(), weights_true.detach())
+    sign = sense_sign(oracle)
+    n = pred.shape[0]
+    if optimal is None:
+        both = map_solve(oracle, sign * torch.cat([pred, true]), pool)  # [ẑ; z*]   [2N, m]
+        z_pred, z_true = both[:n], both[n:]
+    else:
+        z_pred = map_solve(oracle, sign * pred, pool)  # ẑ = MAP(ĉ)   [N, m]
+        z_true = optimal.detach().reshape(-1, oracle.n_vars).to(true.dtype)
+    obj_pred = (true * z_pred).sum(-1)  # ⟨c, ẑ⟩   [N]
+    obj_true = (true * z_true).sum(-1)  # ⟨c, z*⟩  [N]
+    per_row = -sign * (obj_pred - obj_true)  # min: ⟨c,ẑ⟩ − ⟨c,z*⟩; max: ⟨c,z*⟩ − ⟨c,ẑ⟩   [N]
+    if not normalized:
+        return per_row.reshape(lead)
+    return per_row.sum() / obj_true.abs().sum().clamp_min(torch.finfo(per_row.dtype).tiny)
+
+
+class _SPOPlusFunction(torch.autograd.Function):
+    """SPO+ value and its subgradient in weight space (see :class:`SPOPlusLoss`)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        weights_pred: torch.Tensor,
+        weights_true: torch.Tensor,
+        z_true: torch.Tensor,
+        z_spo: torch.Tensor,
+        sign: float,
+    ) -> torch.Tensor:
+        theta_hat, theta = sign * weights_pred, sign * weights_true  # θ-space   [N, m]
+        # ℓ = ⟨2θ̂ − θ, MAP(2θ̂ − θ)⟩ − 2⟨θ̂, z*⟩ + ⟨θ, z*⟩           [N]
+        value = ((2 * theta_hat - theta) * z_spo).sum(-1) - 2 * (theta_hat * z_true).sum(-1)
+        value = value + (theta * z_true).sum(-1)
+        ctx.save_for_backward(z_true, z_spo)
+        ctx.sign = sign
+        return value
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_value: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None, None]:
+        z_true, z_spo = ctx.saved_tensors
+        grad_theta_hat = 2 * (z_spo - z_true)  # ∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − z*)   [N, m]
+        grad = ctx.sign * grad_theta_hat * grad_value.unsqueeze(-1)  # ∂ℓ/∂weights = ±∂ℓ/∂θ̂
+        return grad, None, None, None, None
+
+
+class SPOPlusLoss(nn.Module):
+    """The SPO+ loss of Elmachtoub & Grigas (2022, "Smart 'predict, then optimize'", eq. 7).
+
+    For a ``"min"`` oracle with predicted costs ``ĉ``, true costs ``c`` and ``z*(·)`` the minimiser::
+
+        ℓ_SPO+(ĉ, c) = max_z ⟨c − 2ĉ, z⟩ + 2⟨ĉ, z*(c)⟩ − ⟨c, z*(c)⟩,
+        ∂ℓ/∂ĉ        = 2 (z*(c) − z*(2ĉ − c)).
+
+    In θ-space (``θ = ±weights``, maximise ``⟨θ, z⟩``) the same loss reads
+    ``ℓ = max_z ⟨2θ̂ − θ, z⟩ − 2⟨θ̂, MAP(θ)⟩ + ⟨θ, MAP(θ)⟩`` with ``∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − MAP(θ))``;
+    for a ``"max"`` oracle (values ``v̂``, ``v``; regret ``⟨v, z*⟩ − ⟨v, ẑ⟩``) this gives
+    ``ℓ = max_z ⟨2v̂ − v, z⟩ − 2⟨v̂, z*(v)⟩ + ⟨v, z*(v)⟩`` and ``∂ℓ/∂v̂ = 2(z*(2v̂ − v) − z*(v))``.
+    ℓ is convex in the prediction, ≥ 0, and an upper bound on the regret.
+
+    Parameters
+    ----------
+    oracle
+        The MAP oracle (weights in its sense).
+    pool
+        Optional :class:`~imle_solvers.SolverPool`.
+    reduction
+        ``"mean"``, ``"sum"`` or ``"none"`` over instances.
+    """
+
+    def __init__(self, oracle: MapOracle, pool: BatchSolver | None = None, reduction: Reduction = "mean"):
+        super().__init__()
+        if not isinstance(oracle, MapOracle):
+            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+        self.oracle = oracle
+        self.pool = pool
+        self.reduction: Reduction = reduction
+
+    def forward(
+        self,
+        weights_pred: torch.Tensor,
+        weights_true: torch.Tensor,
+        optimal: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """SPO+ of ``(..., m)`` predicted vs true weights; ``optimal`` = ``z*(c)`` if known."""
+        lead = weights_pred.shape[:-1]
+        pred, true = _flat_pair(self.oracle, weights_pred, weights_true)
+        sign = sense_sign(self.oracle)
+        n = pred.shape[0]
+        theta_spo = sign * (2 * pred.detach() - true.detach())  # 2θ̂ − θ   [N, m]
+        if optimal is None:
+            both = map_solve(self.oracle, torch.cat([theta_spo, sign * true.detach()]), self.pool)
+            z_spo, z_true = both[:n], both[n:]  # one call: MAP(2θ̂ − θ), MAP(θ)   [N, m] each
+        else:
+            z_spo = map_solve(self.oracle, theta_spo, self.pool)  # MAP(2θ̂ − θ)   [N, m]
+            z_true = optimal.detach().reshape(-1, self.oracle.n_vars).to(pred.dtype)
+        value = _SPOPlusFunction.apply(pred, true.detach(), z_true, z_spo, sign)
+        return _reduce(value.reshape(lead), self.reduction)  # type: ignore[union-attr]
+
+    def extra_repr(self) -> str:
+        return f"oracle={self.oracle!r}"
+
+
+class _FenchelYoungFunction(torch.autograd.Function):
+    """Perturbed Fenchel-Young value with gradient ``E[MAP(θ + ε)] − y`` (θ-space)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        weights_pred: torch.Tensor,
+        value: torch.Tensor,
+        grad_theta: torch.Tensor,
+        sign: float,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(grad_theta)
+        ctx.sign = sign
+        return value
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, grad_value: torch.Tensor
+    ) -> tuple[torch.Tensor, None, None, None]:
+        (grad_theta,) = ctx.saved_tensors
+        grad = ctx.sign * grad_theta * grad_value.unsqueeze(-1)
+        return grad, None, None, None
+
+
+class FenchelYoungLoss(nn.Module):
+    """Perturbed Fenchel-Young loss of Berthet et al. (2020, "Learning with differentiable perturbed
+    optimizers", sec. 4.1).
+
+    With ``F_ε(θ) = E[max_z ⟨θ + ε, z⟩]`` (ε ~ ``noise``, by default ``σZ`` with ``Z ~ N(0, I)``)::
+
+        ℓ_FY(θ; y) = F_ε(θ) − ⟨θ, y⟩            (up to the constant Ω(y), omitted)
+        ∇θ ℓ_FY    = E[MAP(θ + ε)] − y ,
+
+    estimated with ``samples`` perturbations (one batched solve). ``y`` is the target state (the
+    optimal solution ``z*(c)``). For a ``"min"`` oracle θ = −ĉ, so the gradient in cost space is
+    ``y − E[MAP(θ + ε)]``. The reported value is the Monte-Carlo estimate of ``F_ε(θ) − ⟨θ, y⟩``.
+
+    Parameters
+    ----------
+    oracle
+        The MAP oracle (weights in its sense).
+    sigma
+        σ of the default Gaussian noise.
+    samples
+        Number of perturbations M.
+    noise
+        Any :class:`~imle_solvers.NoiseDistribution` instead of ``Normal(sigma)``.
+    pool
+        Optional :class:`~imle_solvers.SolverPool`.
+    generator
+        Optional :class:`torch.Generator` for the noise.
+    reduction
+        ``"mean"``, ``"sum"`` or ``"none"`` over instances.
+    """
+
+    def __init__(
+        self,
+        oracle: MapOracle,
+        sigma: float = 1.0,
+        samples: int = 10,
+        noise: NoiseDistribution | None = None,
+        pool: BatchSolver | None = None,
+        generator: torch.Generator | None = None,
+        reduction: Reduction = "mean",
+    ) -> None:
+        super().__init__()
+        if not isinstance(oracle, MapOracle):
+            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+        if int(samples) != samples or samples < 1:
+            raise ValueError(f"samples must be a positive integer, got {samples}")
+        self.oracle = oracle
+        self.noise = (Normal(sigma) if noise is None else noise).resolve(oracle)
+        self.samples = int(samples)
+        self.pool = pool
+        self.generator = generator
+        self.reduction: Reduction = reduction
+
+    def forward(self, weights_pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """FY loss of ``(..., m)`` predicted weights against ``(..., m)`` target states ``y``."""
+        check_weights(weights_pred, self.oracle)
+        if y.shape != weights_pred.shape:
+            raise ValueError(
+                f"y must have the shape of weights_pred {tuple(weights_pred.shape)}, got {tuple(y.shape)}"
+            )
+        lead, m = weights_pred.shape[:-1], self.oracle.n_vars
+        sign = sense_sign(self.oracle)
+        pred = weights_pred.reshape(-1, m)
+        theta = sign * pred.detach()  # θ   [N, m]
+        n, s = theta.shape[0], self.samples
+        eps = self.noise.sample((n, s, m), device=theta.device, dtype=theta.dtype, generator=self.generator)
+        perturbed = theta.unsqueeze(1) + eps  # θ + ε   [N, S, m]
+        z = map_solve(self.oracle, perturbed.reshape(n * s, m), self.pool).view(n, s, m)  # MAP(θ+ε)
+        target = y.detach().reshape(-1, m).to(theta.dtype)
+        value = (perturbed * z).sum(-1).mean(1) - (theta * target).sum(-1)  # F̂_ε(θ) − ⟨θ, y⟩   [N]
+        grad_theta = z.mean(1) - target  # E[MAP(θ + ε)] − y   [N, m]
+        out = _FenchelYoungFunction.apply(pred, value, grad_theta, sign)
+        return _reduce(out.reshape(lead), self.reduction)  # type: ignore[union-attr]
+
+    def extra_repr(self) -> str:
+        return f"oracle={self.oracle!r}, noise={self.noise!r}, samples={self.samples}"

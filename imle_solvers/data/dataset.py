@@ -1,0 +1,103 @@
+"""The predict-then-optimize data set: features, true costs, optimal solutions and objectives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from ..oracle import MapOracle, map_solve, sense_sign
+
+__all__ = ["PTODataset", "solve_optimal", "spo_costs"]
+
+
+def solve_optimal(oracle: MapOracle, costs: torch.Tensor, batch: int = 4096) -> torch.Tensor:
+    """Optimal states ``z*(c)`` for ``(n, m)`` weights in the oracle's sense (in chunks of ``batch``)."""
+    sign = sense_sign(oracle)
+    chunks = [costs[i : i + batch].to(torch.float64) for i in range(0, len(costs), batch)]
+    out = [map_solve(oracle, sign * chunk) for chunk in chunks]  # z* = MAP(θ), θ = ±c
+    return torch.cat(out).to(costs.dtype) if out else costs.new_zeros(costs.shape)
+
+
+class PTODataset(Dataset):  # type: ignore[type-arg]
+    """A predict-then-optimize data set (Elmachtoub & Grigas 2022; PyEPO's ``optDataset``).
+
+    Item ``i`` is the tuple ``(x_i, c_i, z*_i, f*_i)``: features, true weights (in the oracle's sense:
+    costs for a ``"min"`` oracle, values for a ``"max"`` one), an optimal state ``z*(c_i)`` and its
+    objective ``f*_i = ⟨c_i, z*_i⟩``.
+
+    Parameters
+    ----------
+    features
+        ``(n, p)`` inputs of the model (any trailing shape, e.g. images ``(n, 3, H, W)``).
+    costs
+        ``(n, m)`` true weights.
+    oracle
+        The MAP oracle of the problem (what a model's predictions are solved with).
+    solutions
+        ``(n, m)`` optimal states; solved with ``oracle`` (one batched call) when not given.
+    info
+        Free-form description of how the data were generated (recorded in result files).
+    """
+
+    def __init__(
+        self,
+        features: torch.Tensor,
+        costs: torch.Tensor,
+        oracle: MapOracle,
+        solutions: torch.Tensor | None = None,
+        info: dict[str, Any] | None = None,
+    ) -> None:
+        if len(features) != len(costs):
+            raise ValueError(f"features and costs differ in length: {len(features)} vs {len(costs)}")
+        if costs.dim() != 2 or costs.shape[1] != oracle.n_vars:
+            raise ValueError(f"costs must be (n, {oracle.n_vars}), got {tuple(costs.shape)}")
+        self.features = features
+        self.costs = costs
+        self.oracle = oracle
+        self.solutions = solve_optimal(oracle, costs) if solutions is None else solutions
+        self.objectives = (self.costs * self.solutions).sum(dim=-1)  # f* = ⟨c, z*⟩   [n]
+        self.info = dict(info or {})
+
+    def __len__(self) -> int:
+        return len(self.costs)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        return self.features[i], self.costs[i], self.solutions[i], self.objectives[i]
+
+    def split(self, n_first: int) -> tuple[PTODataset, PTODataset]:
+        """The first ``n_first`` items and the rest, as two data sets sharing the oracle."""
+        if not 0 <= n_first <= len(self):
+            raise ValueError(f"n_first must be in [0, {len(self)}], got {n_first}")
+        parts = []
+        for sl in (slice(0, n_first), slice(n_first, None)):
+            parts.append(
+                PTODataset(self.features[sl], self.costs[sl], self.oracle, self.solutions[sl], self.info)
+            )
+        return parts[0], parts[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"PTODataset(n={len(self)}, features={tuple(self.features.shape[1:])}, "
+            f"oracle={self.oracle!r})"
+        )
+
+
+def spo_costs(x: np.ndarray, basis: np.ndarray, deg: int, eps: np.ndarray) -> np.ndarray:
+    """The SPO generating model: ``c = [(x Bᵀ/√p + 3)^deg + 1] / 3.5^deg · ε``.
+
+    Parameters
+    ----------
+    x
+        ``(n, p)`` features.
+    basis
+        ``(d, p)`` 0/1 matrix B.
+    deg
+        Polynomial degree (model misspecification for a linear predictor grows with it).
+    eps
+        ``(n, d)`` multiplicative noise ``ε ~ U[1 − ē, 1 + ē]``.
+    """
+    p = x.shape[1]
+    return ((x @ basis.T / np.sqrt(p) + 3.0) ** deg + 1.0) / 3.5**deg * eps  # [n, d]
