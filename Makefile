@@ -34,7 +34,7 @@ demo: install
 	$(VENV)/bin/imle-solvers demo
 
 docs: install
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: install
 	$(VENV)/bin/imle-solvers bench all
