@@ -11,6 +11,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:
@@ -51,6 +52,30 @@ def _uniform_open(
     u = torch.rand(shape, device=device, dtype=dtype, generator=generator)
     tiny = torch.finfo(dtype).tiny
     return u.clamp_(min=tiny, max=1.0 - torch.finfo(dtype).eps)
+
+
+def _standard_gamma(
+    alpha: float,
+    shape: Shape,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Gamma(α, 1) draws of ``shape``: NumPy's sampler on the CPU, ``torch._standard_gamma`` elsewhere.
+
+    On the CPU ``torch._standard_gamma`` costs ~200 ns a draw for α < 1 (single-threaded rejection),
+    NumPy's ~30 ns; the NumPy generator is seeded from ``generator`` (or torch's global RNG), so a seeded
+    torch generator still gives reproducible noise. On accelerators the torch kernel runs in parallel
+    on the device, with no host round trip.
+    """
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "cpu":
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        np_dtype = np.float32 if dtype in (torch.float32, torch.float16, torch.bfloat16) else np.float64
+        draws = np.random.default_rng(seed).standard_gamma(alpha, size=shape, dtype=np_dtype)
+        return torch.from_numpy(draws).to(dtype)
+    concentration = torch.full(shape, alpha, device=dev, dtype=dtype)
+    return torch._standard_gamma(concentration, generator=generator)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,8 +165,7 @@ class SumOfGamma(NoiseDistribution):
             )
         dtype = dtype or torch.get_default_dtype()
         k, s = float(self.k), int(self.s)
-        concentration = torch.full((*shape, s), 1.0 / k, device=device, dtype=dtype)
-        gammas = torch._standard_gamma(concentration, generator=generator)  # Gamma(1/k, 1)  [..., s]
+        gammas = _standard_gamma(1.0 / k, (*shape, s), device, dtype, generator)  # Gamma(1/k, 1)  [..., s]
         scale = k / torch.arange(1, s + 1, device=device, dtype=dtype)  # k/i               [s]
         total = (gammas * scale).sum(dim=-1)  # Σ_i Gamma(1/k, k/i)                          [...]
         return (self.tau / k) * (total - math.log(s))  # (τ/k)(Σ − log s)

@@ -3,7 +3,8 @@
 Suites (one module each, exposing ``run(quick: bool) -> list[dict]`` rows):
 
 * ``adapters`` — per-call time of each adapter vs its bare solver call (``adapters.py``);
-* ``pool`` — serial vs thread vs process pools, and the layer step vs the bare solves (``pool.py``).
+* ``pool`` — serial vs thread vs process pools, and the layer step vs the bare solves (``pool.py``);
+* ``layer`` — the I-MLE step vs the two raw oracle calls it makes (``layer.py``).
 
 Timing helpers live here so that every suite measures the same way.
 """
@@ -24,6 +25,7 @@ __all__ = ["SUITES", "main", "time_per_call"]
 SUITES: dict[str, str] = {
     "adapters": "imle_solvers.benchmarks.adapters",
     "pool": "imle_solvers.benchmarks.pool",
+    "layer": "imle_solvers.benchmarks.layer",
 }
 
 
