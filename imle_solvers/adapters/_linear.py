@@ -1,0 +1,293 @@
+"""A solver-neutral linear model ``{x : row_lb ≤ A x ≤ row_ub, col_lb ≤ x ≤ col_ub, x_j ∈ ℤ for j ∈ I}``.
+
+:class:`~imle_solvers.ILP` validates a declaration into a :class:`LinearForm`; the CP-SAT, CBC and
+HiGHS back ends are all built from it, so the three see exactly the same model. It also reads the
+constraints of a PuLP problem (:meth:`LinearForm.from_pulp`) and estimates ``⟨z, 1⟩`` where the
+constraints fix it (:meth:`LinearForm.expected_nonzeros`).
+
+The objective is *not* part of the form: MAP oracles replace it on every call (paper, eq. 3).
+Columns ``0 … n_vars − 1`` carry the weights; any further columns are auxiliary variables of a
+PuLP model (objective coefficient 0, not returned).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SolverTimeoutError, require
+
+__all__ = ["LinearForm", "UnprovenSolutionWarning", "unproven"]
+
+
+class UnprovenSolutionWarning(RuntimeWarning):
+    """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway)."""
+
+
+def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str = "") -> None:
+    """Handle a feasible-but-unproven solution: warn, or raise :class:`SolverTimeoutError` when strict."""
+    message = (
+        f"{adapter}: time limit of {time_limit} s reached with a feasible state that is not proven "
+        f"optimal{detail}"
+    )
+    if strict:
+        raise SolverTimeoutError(message + " (strict=True)")
+    warnings.warn(message + "; returning it (pass strict=True to raise instead)", UnprovenSolutionWarning,
+                  stacklevel=4)
+
+
+def _as_matrix(name: str, value: Any, n_cols: int) -> sp.csr_matrix:
+    """A 2-D numpy array or scipy.sparse matrix with ``n_cols`` columns → CSR float64."""
+    if sp.issparse(value):
+        mat = sp.csr_matrix(value, dtype=np.float64)
+    else:
+        arr = np.asarray(value, dtype=np.float64)
+        if arr.ndim == 1 and arr.size == n_cols:
+            arr = arr[None]  # a single row given as a vector
+        if arr.ndim != 2:
+            raise ValueError(f"{name} must be a 2-D array or scipy.sparse matrix, got {arr.ndim} dimensions")
+        mat = sp.csr_matrix(arr)
+    if mat.shape[1] != n_cols:
+        raise ValueError(f"{name} has {mat.shape[1]} columns but c_size={n_cols}; shape {mat.shape}")
+    if not np.isfinite(mat.data).all():
+        raise ValueError(f"{name} contains NaN or inf entries")
+    mat.eliminate_zeros()
+    return mat
+
+
+def _as_rhs(name: str, value: Any, n_rows: int, matrix_name: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n_rows, float(arr))
+    if arr.shape != (n_rows,):
+        raise ValueError(f"{name} must have shape ({n_rows},) to match {matrix_name} with {n_rows} rows, "
+                         f"got {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN")
+    return arr
+
+
+def _bound_array(name: str, value: Any, n: int, default: float) -> np.ndarray:
+    if value is None:
+        return np.full(n, default)
+    arr = np.asarray([default if v is None else v for v in value] if isinstance(value, (list, tuple))
+                     else value, dtype=np.float64)
+    if arr.ndim == 0:
+        arr = np.full(n, float(arr))
+    if arr.shape != (n,):
+        raise ValueError(f"{name} bounds must be a scalar or have shape ({n},), got {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} bounds contain NaN (use None or ±inf for no bound)")
+    return arr
+
+
+def _parse_bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(lo, hi)`` of scalars/None/arrays, or ``n`` pairs ``[(lo_j, hi_j), …]`` → two ``(n,)`` arrays."""
+    if bounds is None:
+        return np.full(n, -np.inf), np.full(n, np.inf)
+    if isinstance(bounds, np.ndarray) and bounds.shape == (n, 2) and n != 2:
+        return _bound_array("lower", bounds[:, 0], n, -np.inf), _bound_array("upper", bounds[:, 1], n, np.inf)
+    seq = list(bounds)
+    if len(seq) == n and n != 2 and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in seq):
+        lo = [p[0] for p in seq]
+        hi = [p[1] for p in seq]
+        return _bound_array("lower", lo, n, -np.inf), _bound_array("upper", hi, n, np.inf)
+    if len(seq) != 2:
+        raise ValueError(f"bounds must be a pair (lower, upper) of scalars or ({n},) arrays, or {n} pairs; "
+                         f"got a sequence of length {len(seq)}")
+    return _bound_array("lower", seq[0], n, -np.inf), _bound_array("upper", seq[1], n, np.inf)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinearForm:
+    """``row_lb ≤ A x ≤ row_ub``, ``col_lb ≤ x ≤ col_ub``, ``x_j`` integer where ``integer[j]``.
+
+    Attributes
+    ----------
+    n_vars
+        Number of weighted columns (the oracle's ``m``); columns ``n_vars …`` are auxiliary.
+    A
+        ``(rows, cols)`` CSR matrix.
+    row_lb, row_ub
+        ``(rows,)`` row bounds (``±inf`` when absent; equal for an equality).
+    col_lb, col_ub
+        ``(cols,)`` variable bounds (``±inf`` when absent).
+    integer
+        ``(cols,)`` integrality mask.
+    names
+        Column names (PuLP names when read from PuLP, ``x0, x1, …`` otherwise).
+    """
+
+    n_vars: int
+    A: sp.csr_matrix
+    row_lb: np.ndarray
+    row_ub: np.ndarray
+    col_lb: np.ndarray
+    col_ub: np.ndarray
+    integer: np.ndarray
+    names: tuple[str, ...]
+
+    @property
+    def n_cols(self) -> int:
+        return int(self.A.shape[1])
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.A.shape[0])
+
+    @classmethod
+    def from_matrices(
+        cls,
+        c_size: int,
+        A_ub: Any = None,
+        b_ub: Any = None,
+        A_eq: Any = None,
+        b_eq: Any = None,
+        bounds: Any = (0, 1),
+        integer: bool | Sequence[bool] | np.ndarray = True,
+    ) -> LinearForm:
+        """Validate an ``ILP`` declaration (see :class:`~imle_solvers.ILP`); raises ``ValueError``."""
+        if isinstance(c_size, bool) or not isinstance(c_size, (int, np.integer)) or c_size < 1:
+            raise ValueError(f"c_size must be a positive integer, got {c_size!r}")
+        n = int(c_size)
+        blocks: list[sp.csr_matrix] = []
+        lbs: list[np.ndarray] = []
+        ubs: list[np.ndarray] = []
+        for a_name, b_name, mat, rhs, kind in (("A_ub", "b_ub", A_ub, b_ub, "ub"),
+                                               ("A_eq", "b_eq", A_eq, b_eq, "eq")):
+            if mat is None and rhs is None:
+                continue
+            if mat is None or rhs is None:
+                raise ValueError(f"{a_name} and {b_name} must be given together")
+            a = _as_matrix(a_name, mat, n)
+            b = _as_rhs(b_name, rhs, a.shape[0], a_name)
+            if kind == "eq" and not np.isfinite(b).all():
+                raise ValueError(f"{b_name} must be finite (an equality with an infinite right-hand side)")
+            blocks.append(a)
+            ubs.append(b)
+            lbs.append(b.copy() if kind == "eq" else np.full(b.shape, -np.inf))
+        A = sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, n))
+        col_lb, col_ub = _parse_bounds(bounds, n)
+        if (col_lb > col_ub).any():
+            j = int(np.flatnonzero(col_lb > col_ub)[0])
+            raise ValueError(f"bounds: lower > upper for variable {j} ({col_lb[j]} > {col_ub[j]})")
+        if isinstance(integer, (bool, np.bool_)):
+            mask = np.full(n, bool(integer))
+        else:
+            mask = np.asarray(integer)
+            if mask.shape != (n,) or mask.dtype.kind not in "bui":
+                raise ValueError(f"integer must be a bool or a ({n},) boolean mask, got shape {mask.shape} "
+                                 f"and dtype {mask.dtype}")
+            mask = mask.astype(bool)
+        return cls(n, A, np.concatenate(lbs) if lbs else np.zeros(0),
+                   np.concatenate(ubs) if ubs else np.zeros(0), col_lb, col_ub, mask,
+                   tuple(f"x{j}" for j in range(n)))
+
+    @classmethod
+    def from_pulp(cls, problem: Any, variables: Sequence[Any]) -> LinearForm:
+        """Read a PuLP ``LpProblem``'s constraints; ``variables`` (in weight order) come first.
+
+        Other variables of the problem become auxiliary columns. The problem's objective is ignored.
+        """
+        pulp: Any = require("pulp", "pulp")
+        if not isinstance(problem, pulp.LpProblem):
+            raise TypeError(f"problem must be a pulp.LpProblem, got {type(problem).__name__}")
+        variables = list(variables)
+        if not variables:
+            raise ValueError("variables must list at least one pulp.LpVariable")
+        col: dict[str, int] = {}
+        for j, v in enumerate(variables):
+            if not isinstance(v, pulp.LpVariable):
+                raise TypeError(f"variables[{j}] is a {type(v).__name__}, not a pulp.LpVariable")
+            if v.name in col:
+                raise ValueError(f"variable {v.name!r} appears twice in variables")
+            col[v.name] = j
+        extra = [v for v in problem.variables() if v.name not in col]
+        all_vars = [*variables, *extra]
+        for v in extra:
+            col[v.name] = len(col)
+        rows, cols, vals = [], [], []
+        row_lb, row_ub = [], []
+        for i, con in enumerate(problem.constraints.values()):
+            for v, coef in con.items():
+                if v.name not in col:  # pragma: no cover - problem.variables() lists them all
+                    raise ValueError(f"constraint variable {v.name!r} is unknown")
+                rows.append(i)
+                cols.append(col[v.name])
+                vals.append(float(coef))
+            rhs = -float(con.constant)  # Σ a x + constant (sense) 0   →   Σ a x (sense) −constant
+            if con.sense == pulp.LpConstraintEQ:
+                row_lb.append(rhs)
+                row_ub.append(rhs)
+            elif con.sense == pulp.LpConstraintLE:
+                row_lb.append(-np.inf)
+                row_ub.append(rhs)
+            else:
+                row_lb.append(rhs)
+                row_ub.append(np.inf)
+        A = sp.csr_matrix((vals, (rows, cols)), shape=(len(row_lb), len(all_vars)), dtype=np.float64)
+        A.sum_duplicates()
+        A.eliminate_zeros()
+        col_lb = np.array([-np.inf if v.lowBound is None else float(v.lowBound) for v in all_vars])
+        col_ub = np.array([np.inf if v.upBound is None else float(v.upBound) for v in all_vars])
+        integer = np.array([v.cat == pulp.LpInteger for v in all_vars])
+        return cls(len(variables), A, np.array(row_lb, dtype=np.float64), np.array(row_ub, dtype=np.float64),
+                   col_lb, col_ub, integer, tuple(v.name for v in all_vars))
+
+    def expected_nonzeros(self) -> float | None:
+        """``⟨z, 1⟩`` when the constraints fix it, else ``None``.
+
+        Holds when every weighted column is a 0/1 variable (or fixed to 0) and equality rows whose
+        coefficients are all 1 partition the weighted columns that can be non-zero: ``⟨z, 1⟩`` is then
+        the sum of their right-hand sides (one row of ones over everything: its rhs; an assignment
+        problem: the number of rows of one side).
+        """
+        n = self.n_vars
+        lb, ub = self.col_lb[:n], self.col_ub[:n]
+        live = ub > 0
+        if not ((lb >= 0) & (ub <= 1) & (self.integer[:n] | ~live)).all() or self.n_cols != n:
+            return None
+        covered = np.zeros(n, dtype=bool)
+        total = 0.0
+        A = self.A
+        for i in range(self.n_rows):
+            if self.row_lb[i] != self.row_ub[i]:
+                continue
+            start, stop = A.indptr[i], A.indptr[i + 1]
+            cols, vals = A.indices[start:stop], A.data[start:stop]
+            if cols.size == 0 or not np.all(vals == 1.0) or covered[cols].any():
+                continue
+            covered[cols] = True
+            total += float(self.row_ub[i])
+        return total if bool(covered[live].all()) and live.any() else None
+
+    def integral_rows(self) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+        """Rows scaled by a power of ten to integer coefficients, with bounds rounded inwards.
+
+        For integer variables ``A x`` is then an integer, so ``A x ≤ b`` ⇔ ``A x ≤ ⌊b⌋``. Raises
+        ``ValueError`` for a row that needs more than 9 decimal digits (CP-SAT is integer-only).
+        """
+        A = self.A.copy()
+        lb, ub = self.row_lb.copy(), self.row_ub.copy()
+        for i in range(self.n_rows):
+            start, stop = A.indptr[i], A.indptr[i + 1]
+            vals = A.data[start:stop]
+            for digits in range(10):
+                mult = 10.0**digits
+                scaled = vals * mult
+                if np.allclose(scaled, np.rint(scaled), rtol=0, atol=1e-9 * max(1.0, mult)):
+                    break
+            else:
+                raise ValueError(f"row {i} has coefficients that are not integers (nor decimals with ≤ 9 "
+                                 "digits); CP-SAT needs integer coefficients: scale the row or use "
+                                 "backend='highs'")
+            A.data[start:stop] = np.rint(scaled)
+            lb[i] = math.ceil(lb[i] * mult - 1e-9) if np.isfinite(lb[i]) else -np.inf
+            ub[i] = math.floor(ub[i] * mult + 1e-9) if np.isfinite(ub[i]) else np.inf
+        return A, lb, ub

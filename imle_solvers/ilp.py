@@ -1,0 +1,179 @@
+"""Declare an integer linear programme; get a MAP oracle on CP-SAT, CBC or HiGHS.
+
+``ILP`` is the set ``C = {z : A_ub z ≤ b_ub, A_eq z = b_eq, lb ≤ z ≤ ub, z_j ∈ ℤ for integer j}`` of the
+paper's constrained exponential family (eq. 1); its MAP oracle (eq. 3) solves
+``min_{z ∈ C} ⟨c, z⟩`` (``sense="min"``, weights are costs) or ``max_{z ∈ C} ⟨θ, z⟩`` (``sense="max"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from .adapters._linear import LinearForm
+from .oracle import MapOracle
+
+__all__ = ["ILP"]
+
+Backend = Literal["cpsat", "cbc", "highs"]
+_BACKENDS = ("cpsat", "cbc", "highs")
+
+
+class ILP(MapOracle):
+    """An integer linear programme as a MAP oracle (paper, eq. 1 and 3; Example 3 for ``sense="min"``).
+
+    The constraints are fixed at construction; each call replaces only the objective, on a model
+    built once by the chosen back end.
+
+    Parameters
+    ----------
+    c_size
+        ``m``, the number of variables (= length of a weight vector and of a state).
+    A_ub, b_ub
+        Inequalities ``A_ub z ≤ b_ub``: ``(k, m)`` numpy array or scipy.sparse matrix, ``(k,)`` vector.
+    A_eq, b_eq
+        Equalities ``A_eq z = b_eq``, same shapes.
+    bounds
+        ``(lower, upper)`` with scalars, ``None`` (no bound) or ``(m,)`` arrays; or, for ``m ≠ 2``,
+        ``m`` pairs ``[(lower_j, upper_j), …]`` as in ``scipy.optimize.linprog``. Default ``(0, 1)``.
+    integer
+        ``True`` (all variables integer, the default), ``False`` (an LP) or an ``(m,)`` boolean mask.
+    sense
+        ``"min"`` (weights are costs, the default) or ``"max"`` (weights are scores).
+    backend
+        ``"cpsat"`` (OR-Tools CP-SAT; integer variables, finite bounds; rational coefficients are
+        scaled to integers), ``"cbc"`` (PuLP's CBC) or ``"highs"`` (HiGHS through ``highspy``).
+    time_limit
+        Seconds per solve, or ``None``.
+    strict
+        Time limit reached with a feasible but unproven state: ``False`` (default) returns it with a
+        warning, ``True`` raises :class:`~imle_solvers.SolverTimeoutError`.
+    **options
+        Passed to the back end's oracle (e.g. ``resolution=`` for CP-SAT, ``persistent=`` for CBC).
+
+    Attributes
+    ----------
+    expected_nonzeros
+        ``⟨z, 1⟩`` when the constraints fix it: every variable 0/1 and equality rows of ones that
+        partition the variables (their right-hand sides add up); otherwise ``None``.
+    oracle
+        The back-end oracle (:class:`~imle_solvers.CPSATOracle` or :class:`~imle_solvers.PulpOracle`).
+
+    Raises
+    ------
+    ValueError
+        At construction, for inconsistent shapes, NaN entries, lower > upper bounds, an unknown back
+        end, or a model the back end cannot take (CP-SAT: continuous or unbounded variables).
+    MissingExtraError
+        When the back end's package is not installed (extra ``cpsat`` or ``pulp``).
+
+    Notes
+    -----
+    :meth:`solve` raises :class:`~imle_solvers.InfeasibleError` (no feasible state),
+    :class:`~imle_solvers.UnboundedError` (``"cbc"``/``"highs"``; CP-SAT needs finite bounds) and
+    :class:`~imle_solvers.SolverTimeoutError` (time limit without a feasible state). Negative weights
+    are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
+    ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
+
+    Examples
+    --------
+    A 0/1 knapsack (maximise value, weight ≤ 5):
+
+    >>> import numpy as np
+    >>> knap = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max")
+    >>> knap.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist()
+    [1.0, 1.0, 0.0, 0.0]
+    """
+
+    def __init__(
+        self,
+        c_size: int,
+        A_ub: Any = None,
+        b_ub: Any = None,
+        A_eq: Any = None,
+        b_eq: Any = None,
+        bounds: Any = (0, 1),
+        integer: bool | Sequence[bool] | np.ndarray = True,
+        sense: Literal["max", "min"] = "min",
+        backend: Backend = "cpsat",
+        time_limit: float | None = None,
+        *,
+        strict: bool = False,
+        **options: Any,
+    ) -> None:
+        form = LinearForm.from_matrices(c_size, A_ub, b_ub, A_eq, b_eq, bounds, integer)
+        self._setup(form, sense, backend, time_limit, strict, options)
+
+    def _setup(self, form: LinearForm, sense: str, backend: str, time_limit: float | None, strict: bool,
+               options: dict[str, Any]) -> None:
+        if sense not in ("max", "min"):
+            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
+        if backend not in _BACKENDS:
+            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"time_limit must be positive seconds or None, got {time_limit!r}")
+        oracle: MapOracle
+        if backend == "cpsat":
+            from .adapters.cpsat import CPSATOracle
+
+            oracle = CPSATOracle.from_linear_form(form, sense, time_limit=time_limit,  # type: ignore[arg-type]
+                                                  strict=strict, **options)
+        else:
+            from .adapters.pulp import PulpOracle
+
+            oracle = PulpOracle.from_linear_form(form, backend, sense, time_limit=time_limit, strict=strict,
+                                                 **options)
+        self.sense = sense  # type: ignore[assignment]
+        self.n_vars = form.n_vars
+        self.expected_nonzeros = oracle.expected_nonzeros
+        self.backend = backend
+        self.time_limit = time_limit
+        self.strict = strict
+        self.form = form
+        self.oracle = oracle
+
+    @classmethod
+    def from_pulp(
+        cls,
+        problem: Any,
+        variables: Sequence[Any],
+        sense: Literal["max", "min"] | None = None,
+        backend: Backend = "cbc",
+        time_limit: float | None = None,
+        *,
+        strict: bool = False,
+        **options: Any,
+    ) -> ILP:
+        """The constraints of a PuLP model as an ``ILP``; its objective is replaced per call.
+
+        Parameters
+        ----------
+        problem
+            A ``pulp.LpProblem`` (read once; its objective is ignored).
+        variables
+            The ``pulp.LpVariable`` s that form the state, in weight order; other problem variables
+            are auxiliary.
+        sense
+            Default: the problem's sense.
+        backend, time_limit, strict, options
+            As for :class:`ILP`; any back end works (CP-SAT needs integer variables with finite bounds).
+        """
+        from .errors import require
+
+        pulp: Any = require("pulp", "pulp")
+        form = LinearForm.from_pulp(problem, variables)
+        if sense is None:
+            sense = "max" if problem.sense == pulp.LpMaximize else "min"
+        self = cls.__new__(cls)
+        self._setup(form, sense, backend, time_limit, strict, options)
+        return self
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        """Solve one ``(m,)`` instance on the back end (weights in :attr:`sense`, negative ones included)."""
+        return self.oracle.solve(weights)
+
+    def __repr__(self) -> str:
+        return (f"ILP(c_size={self.n_vars}, rows={self.form.n_rows}, sense={self.sense!r}, "
+                f"backend={self.backend!r}, time_limit={self.time_limit})")
