@@ -1,0 +1,352 @@
+"""The process backend of :class:`~imle_solvers.SolverPool`: persistent worker processes on pipes.
+
+Design
+------
+* ``W`` worker processes, started once (``forkserver`` or ``spawn``: ``fork`` is unsafe once torch has
+  started threads) with ``OMP_NUM_THREADS=1`` & co. in their environment and ``torch.set_num_threads(1)``
+  in their initialiser, so that ``W`` solvers use ``W`` cores and not ``W × cores`` threads.
+* One duplex pipe per worker. The caller thread drives everything with
+  :func:`multiprocessing.connection.wait` over the pipes *and* the process sentinels, so a worker that
+  dies (SIGKILL, segfault) is noticed at once, and a time-out is a plain ``wait`` time-out.
+* An oracle is pickled once by the pool and sent to a worker once (keyed by a token); workers keep up
+  to ``max_oracles`` of them (least recently used first out).
+* A worker holds at most one chunk at a time: it is only written to while it waits in ``recv``, so
+  the caller never blocks on a full pipe while the worker blocks sending its result (no deadlock),
+  and a chunk lost to a dead worker is exactly known.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import wait as mp_wait
+from typing import Any
+
+import numpy as np
+
+from ._pool_worker import THREAD_ENV_VARS, ChunkFailure, raise_failure, worker_main
+from .errors import SolverTimeoutError, WorkerCrashedError
+
+__all__ = ["ProcessFleet"]
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _child_env(threads: int) -> Iterator[None]:
+    """Set the thread-count variables while a child is spawned (it copies the environment)."""
+    with _ENV_LOCK:
+        saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
+        os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+@dataclasses.dataclass
+class _Chunk:
+    chunk_id: int
+    start: int
+    stop: int
+    attempts: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class _Worker:
+    process: Any  # multiprocessing.Process
+    conn: Any  # multiprocessing.connection.Connection
+    ready: bool = False
+    pid: int | None = None
+    tokens: collections.OrderedDict[int, None] = dataclasses.field(default_factory=collections.OrderedDict)
+    job: tuple[int, _Chunk] | None = None  # (call_id, chunk) in flight
+    busy_s: float = 0.0  # solve seconds reported during the current call
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What one parallel call measured: per-worker solve seconds and the wall time."""
+
+    busy_s: list[float]
+    wall_s: float
+    solve_s: float
+    rows: int
+
+
+def _shutdown(workers: list[_Worker], grace: float) -> None:
+    """Stop workers: ask politely, then terminate, then kill; close pipes. Safe to call twice."""
+    for w in workers:
+        with contextlib.suppress(Exception):
+            if w.process.is_alive() and w.job is None and w.ready:
+                w.conn.send(("stop",))
+    end = time.monotonic() + grace
+    for w in workers:
+        with contextlib.suppress(Exception):
+            w.process.join(max(0.0, end - time.monotonic()))
+    for w in workers:
+        with contextlib.suppress(Exception):
+            if w.process.is_alive():
+                w.process.kill()
+            w.process.join(5.0)
+        with contextlib.suppress(Exception):
+            w.conn.close()
+        with contextlib.suppress(Exception):
+            w.process.close()
+    workers.clear()
+
+
+class ProcessFleet:
+    """``size`` persistent worker processes (see the module docstring).
+
+    Parameters
+    ----------
+    size
+        Number of worker processes.
+    start_method
+        ``"spawn"`` or ``"forkserver"``; ``"fork"`` is refused (unsafe with torch threads).
+    threads
+        Threads per worker for BLAS/OpenMP/torch.
+    max_oracles
+        Oracles each worker keeps unpickled.
+    startup_timeout
+        Seconds to wait for workers to import and report ready.
+    """
+
+    def __init__(self, size: int, start_method: str = "spawn", threads: int = 1, max_oracles: int = 16,
+                 startup_timeout: float = 120.0) -> None:
+        if start_method == "fork":
+            raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
+        self.size = size
+        self.ctx: Any = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":  # the server imports the worker module once; forks are then cheap
+            self.ctx.set_forkserver_preload(["imle_solvers._pool_worker"])  # type: ignore[attr-defined]
+        self.threads = threads
+        self.max_oracles = max_oracles
+        self.startup_timeout = startup_timeout
+        self.workers: list[_Worker] = []
+        self.restarts = 0  # workers replaced after a crash or a time-out
+        self.shipments = 0  # oracle blobs sent to workers
+        self._call_id = 0
+        self._failed_starts = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    def pids(self) -> list[int]:
+        """Pids of the live worker processes."""
+        return [w.process.pid for w in self.workers if w.process.pid is not None]
+
+    def _spawn(self) -> _Worker:
+        parent, child = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(target=worker_main, args=(child, self.threads), daemon=True,
+                                name="imle-solvers-worker")
+        with _child_env(self.threads):
+            proc.start()
+        child.close()
+        worker = _Worker(proc, parent)
+        self.workers.append(worker)
+        return worker
+
+    def start(self) -> None:
+        """Start missing workers (returns at once; they import in the background)."""
+        for w in [w for w in self.workers if not w.process.is_alive()]:
+            self._discard(w)
+        while len(self.workers) < self.size:
+            self._spawn()
+
+    def wait_ready(self) -> None:
+        """Block until every live worker has reported ready (or raise if they cannot start)."""
+        self.start()
+        end = time.monotonic() + self.startup_timeout
+        while not all(w.ready for w in self.workers):
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                raise WorkerCrashedError(f"pool workers did not start within {self.startup_timeout:.0f} s")
+            for w in self._pump(mp_wait(self._waitables(), timeout=min(remaining, 0.5)), -1, None):
+                self._replace(w)
+            if self._failed_starts >= 2 * self.size:
+                raise WorkerCrashedError(
+                    "pool workers die while starting (check that the package imports in a fresh "
+                    "interpreter, or use backend='thread')")
+            self.start()
+
+    def close(self, grace: float = 1.0) -> None:
+        """Stop every worker (idempotent)."""
+        _shutdown(self.workers, grace)
+
+    def kill_all(self) -> None:
+        """Kill every worker at once (Ctrl-C path)."""
+        _shutdown(self.workers, 0.0)
+
+    def _discard(self, w: _Worker) -> None:
+        with contextlib.suppress(ValueError):
+            self.workers.remove(w)
+        with contextlib.suppress(Exception):
+            if w.process.is_alive():
+                w.process.kill()
+            w.process.join(5.0)
+        with contextlib.suppress(Exception):
+            w.conn.close()
+        with contextlib.suppress(Exception):
+            w.process.close()
+
+    def _replace(self, w: _Worker) -> None:
+        if not w.ready:
+            self._failed_starts += 1
+        self._discard(w)
+        self.restarts += 1
+        self._spawn()
+
+    def _waitables(self) -> list[Any]:
+        return [w.conn for w in self.workers] + [w.process.sentinel for w in self.workers]
+
+    # ------------------------------------------------------------------ messages
+    def _pump(self, ready: list[Any], call_id: int,
+              on_done: Callable[[_Worker, _Chunk, Any], None] | None) -> list[_Worker]:
+        """Read every available message; return workers found dead (their ``job`` still set)."""
+        dead: list[_Worker] = []
+        by_conn = {id(w.conn): w for w in self.workers}
+        by_sentinel = {w.process.sentinel: w for w in self.workers}
+        suspects: list[_Worker] = []
+        for obj in ready:
+            w = by_conn.get(id(obj))
+            if w is None:
+                w = by_sentinel.get(obj)  # type: ignore[call-overload]
+                if w is not None:
+                    suspects.append(w)
+                continue
+            try:
+                while w.conn.poll():
+                    self._handle(w, w.conn.recv(), call_id, on_done)
+            except (EOFError, OSError):
+                w.process.join(1.0)  # the pipe closed: the process is exiting
+                suspects.append(w)
+        for w in suspects:
+            if w in dead:
+                continue
+            with contextlib.suppress(EOFError, OSError):  # messages sent just before dying
+                while w.conn.poll():
+                    self._handle(w, w.conn.recv(), call_id, on_done)
+            if not w.process.is_alive() or w.conn.closed:
+                dead.append(w)
+        return dead
+
+    def _handle(self, w: _Worker, msg: tuple[Any, ...], call_id: int,
+                on_done: Callable[[_Worker, _Chunk, Any], None] | None) -> None:
+        kind = msg[0]
+        if kind == "ready":
+            w.ready, w.pid = True, msg[1]
+            self._failed_starts = 0
+            return
+        job, w.job = w.job, None
+        if job is None or job[0] != call_id or on_done is None:
+            return  # a stale answer from an abandoned call
+        on_done(w, job[1], msg)
+
+    def _send_oracle(self, w: _Worker, token: int, blob: bytes) -> None:
+        if token in w.tokens:
+            w.tokens.move_to_end(token)
+            return
+        w.conn.send(("oracle", token, blob))
+        self.shipments += 1
+        w.tokens[token] = None
+        while len(w.tokens) > self.max_oracles:
+            old, _ = w.tokens.popitem(last=False)
+            w.conn.send(("forget", old))
+
+    # ------------------------------------------------------------------ one call
+    def run(self, token: int, blob: bytes, weights: np.ndarray, bounds: list[tuple[int, int]],
+            timeout: float | None, retries: int = 1) -> tuple[np.ndarray, RunResult]:
+        """Solve ``weights`` (validated, ``(N, m)``) in the given row chunks; rows come back in order.
+
+        Raises
+        ------
+        WorkerCrashedError
+            A worker died with a chunk that was already retried ``retries`` times.
+        SolverTimeoutError
+            The call exceeded ``timeout`` seconds; workers busy with this call are killed and replaced.
+        """
+        self.wait_ready()  # start-up time is not part of the call's time-out
+        self._call_id += 1
+        call_id = self._call_id
+        t0 = time.perf_counter()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = np.empty(weights.shape, dtype=np.float64)
+        pending = collections.deque(_Chunk(i, a, b) for i, (a, b) in enumerate(bounds))
+        left = len(pending)
+        failure: list[ChunkFailure] = []
+        for w in self.workers:
+            w.busy_s = 0.0
+
+        def on_done(w: _Worker, chunk: _Chunk, msg: tuple[Any, ...]) -> None:
+            nonlocal left
+            if msg[0] == "done":
+                out[chunk.start:chunk.stop] = msg[3]
+                w.busy_s += msg[4]
+                left -= 1
+            elif msg[0] == "failed":
+                failure.append(msg[3])
+
+        try:
+            while left:
+                for w in self.workers:  # dispatch: one chunk per idle, ready worker
+                    if pending and w.ready and w.job is None and w.process.is_alive():
+                        chunk = pending.popleft()
+                        chunk.attempts += 1
+                        self._send_oracle(w, token, blob)
+                        w.conn.send(("solve", call_id, chunk.chunk_id, token, chunk.start,
+                                     weights[chunk.start:chunk.stop]))
+                        w.job = (call_id, chunk)
+                wait_s = None if deadline is None else deadline - time.monotonic()
+                if wait_s is not None and wait_s <= 0:
+                    self._time_out(call_id, timeout, pending)
+                # bounded waits: a Ctrl-C handled by another thread is seen within 0.5 s
+                ready = mp_wait(self._waitables(), timeout=0.5 if wait_s is None else min(wait_s, 0.5))
+                dead = self._pump(ready, call_id, on_done)
+                if failure:
+                    raise_failure(failure[0])
+                for w in dead:
+                    lost = w.job[1] if w.job is not None and w.job[0] == call_id else None
+                    code = w.process.exitcode
+                    self._replace(w)
+                    if lost is None:
+                        continue
+                    if lost.attempts > retries:
+                        raise WorkerCrashedError(
+                            f"a pool worker died (exit code {code}) while solving these rows"
+                            f"{' (after a retry)' if retries else ''}; it has been replaced",
+                            rows=range(lost.start, lost.stop))
+                    pending.appendleft(lost)
+                starving = not any(w.ready for w in self.workers) and pending
+                if starving and self._failed_starts >= 2 * self.size:
+                    raise WorkerCrashedError("pool workers die while starting", rows=_rows_of(pending))
+        except Exception:
+            raise
+        except BaseException:  # KeyboardInterrupt / SystemExit: leave no child behind
+            self.kill_all()
+            raise
+        busy = [w.busy_s for w in self.workers]
+        return out, RunResult(busy, time.perf_counter() - t0, float(sum(busy)), weights.shape[0])
+
+    def _time_out(self, call_id: int, timeout: float | None, pending: collections.deque[_Chunk]) -> None:
+        stuck = [w for w in self.workers if w.job is not None and w.job[0] == call_id]
+        rows = _rows_of([w.job[1] for w in stuck if w.job is not None]) + _rows_of(pending)
+        for w in stuck:
+            self._discard(w)
+            self.restarts += 1
+        self.start()  # replacements import in the background
+        raise SolverTimeoutError(
+            f"pool call exceeded timeout={timeout} s; {len(stuck)} busy worker(s) killed and replaced "
+            f"({len(rows)} rows unfinished)", rows=sorted(rows))
+
+
+def _rows_of(chunks: Any) -> list[int]:
+    return [r for c in chunks for r in range(c.start, c.stop)]

@@ -1,0 +1,422 @@
+"""SolverPool: row order, shipping once, the in-process fallback, faults (errors, crashes, time-outs)."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imle_solvers import (
+    IMLE,
+    ImleSolversError,
+    InfeasibleError,
+    InvalidWeightsError,
+    SolverTimeoutError,
+    TopK,
+    WorkerCrashedError,
+)
+from imle_solvers._pool_worker import RemoteTraceback
+from imle_solvers.oracle import map_solve
+from imle_solvers.pool import PoolPlan, SolverPool
+from tests.test_pool_oracles import (
+    FLAG,
+    BrokenUnpickle,
+    CountingPickles,
+    Enum,
+    Failing,
+    Hang,
+    Killer,
+    Locked,
+    k_subsets,
+)
+
+STATES = k_subsets(7, 3)  # 35 states: rows of random weights have (almost surely) distinct answers
+
+
+def batch(n: int, seed: int = 0, flag_row: int | None = None) -> np.ndarray:
+    w = np.random.default_rng(seed).normal(size=(n, STATES.shape[1]))
+    if flag_row is not None:
+        w[flag_row, 0] = FLAG
+    return w
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie still answers kill(0): look at its state
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_dead(pids: list[int], seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture(scope="module")
+def proc_pool() -> SolverPool:
+    """Two persistent worker processes, every row sent to them (no in-process fallback)."""
+    with SolverPool(2, "process", fallback=False) as pool:
+        yield pool.start()
+
+
+@pytest.fixture(scope="module")
+def thread_pool() -> SolverPool:
+    with SolverPool(2, "thread", fallback=False) as pool:
+        yield pool
+
+
+# --------------------------------------------------------------------------- correctness
+@given(n=st.integers(0, 40), chunksize=st.one_of(st.none(), st.integers(1, 9)),
+       sense=st.sampled_from(["max", "min"]))
+def test_process_pool_matches_serial_in_row_order(proc_pool: SolverPool, n: int, chunksize: int | None,
+                                                  sense: str) -> None:
+    oracle = Enum(STATES, sense=sense)
+    w = batch(n, seed=n)
+    proc_pool.chunksize = chunksize
+    try:
+        out = proc_pool.solve_batch(oracle, w)
+    finally:
+        proc_pool.chunksize = None
+    assert out.shape == (n, STATES.shape[1]) and out.dtype == np.float64
+    np.testing.assert_array_equal(out, oracle.solve_batch(w) if n else out)
+    if n:
+        assert proc_pool.last_plan is not None and proc_pool.last_plan.mode == "parallel"
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread"])
+def test_serial_and_thread_backends_match(backend: str, thread_pool: SolverPool) -> None:
+    oracle = Enum(STATES, sense="min")
+    w = batch(33, seed=3)
+    pool = thread_pool if backend == "thread" else SolverPool(backend="serial")
+    np.testing.assert_array_equal(pool.solve_batch(oracle, w), oracle.solve_batch(w))
+    assert pool.last_plan is not None
+    assert pool.last_plan.mode == ("parallel" if backend == "thread" else "in-process")
+
+
+def test_oracle_is_pickled_once_and_cached_in_workers(proc_pool: SolverPool) -> None:
+    oracle = CountingPickles(STATES)
+    CountingPickles.pickled = 0
+    shipped = proc_pool.stats["oracles_shipped"]
+    for seed in range(4):
+        proc_pool.solve_batch(oracle, batch(16, seed))
+    assert CountingPickles.pickled == 1  # pickled once by the pool, not per call
+    assert proc_pool.stats["oracles_shipped"] - shipped <= proc_pool.workers  # once per worker at most
+    proc_pool.forget(oracle)  # after a mutation: re-pickled
+    proc_pool.solve_batch(oracle, batch(4))
+    assert CountingPickles.pickled == 2
+
+
+def test_bad_rows_fail_before_anything_is_shipped(proc_pool: SolverPool) -> None:
+    oracle = CountingPickles(STATES)
+    CountingPickles.pickled = 0
+    w = batch(10)
+    w[3, 1] = np.nan
+    w[7, 2] = np.inf
+    with pytest.raises(InvalidWeightsError) as info:
+        proc_pool.solve_batch(oracle, w)
+    assert info.value.rows == (3, 7)
+    assert CountingPickles.pickled == 0
+    with pytest.raises(InvalidWeightsError):
+        proc_pool.solve_batch(oracle, batch(3)[:, :4])  # wrong m
+    with pytest.raises(InvalidWeightsError):
+        proc_pool.solve_batch(oracle, batch(1)[0])  # (m,) is not a batch
+    with pytest.raises(TypeError):
+        proc_pool.solve_batch(object(), batch(2))  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- errors from workers
+def test_library_error_in_worker_names_global_row_and_keeps_traceback(proc_pool: SolverPool) -> None:
+    with pytest.raises(InfeasibleError) as info:
+        proc_pool.solve_batch(Failing(STATES, "library"), batch(40, flag_row=37))
+    err = info.value
+    assert err.rows == (37,) and "batch row 37" in str(err)
+    assert isinstance(err.__cause__, RemoteTraceback)
+    assert 'raise InfeasibleError("no state for this row")' in err.worker_traceback  # type: ignore[attr-defined]
+    proc_pool.solve_batch(Enum(STATES), batch(8))  # the pool is still fine
+
+
+def test_other_exception_in_worker_keeps_its_type_with_row(proc_pool: SolverPool) -> None:
+    with pytest.raises(ValueError, match="bad row seen by the oracle") as info:
+        proc_pool.solve_batch(Failing(STATES, "value"), batch(20, flag_row=11))
+    err = info.value
+    assert err.rows == (11,)  # type: ignore[attr-defined]
+    assert any("batch row 11" in note for note in getattr(err, "__notes__", []))
+    assert "test_pool_oracles.py" in err.worker_traceback  # type: ignore[attr-defined]
+
+
+def test_exception_that_does_not_pickle_is_wrapped_with_its_text(proc_pool: SolverPool) -> None:
+    with pytest.raises(ImleSolversError, match=r"Unpicklable: .*cannot travel") as info:
+        proc_pool.solve_batch(Failing(STATES, "unpicklable"), batch(12, flag_row=5))
+    assert info.value.rows == (5,)
+    assert "Traceback" in str(info.value)
+
+
+def test_oracle_that_fails_to_unpickle_in_worker_reports_rows(proc_pool: SolverPool) -> None:
+    with pytest.raises(RuntimeError, match="refuses to be rebuilt") as info:
+        proc_pool.solve_batch(BrokenUnpickle(STATES), batch(6))
+    assert set(info.value.rows) <= set(range(6)) and info.value.rows  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread"])
+def test_in_process_and_thread_errors_name_the_row(backend: str, thread_pool: SolverPool) -> None:
+    pool = thread_pool if backend == "thread" else SolverPool(backend="serial")
+    with pytest.raises(InfeasibleError) as info:
+        pool.solve_batch(Failing(STATES, "library"), batch(30, flag_row=29))
+    assert info.value.rows == (29,)
+    with pytest.raises(ValueError) as info2:
+        pool.solve_batch(Failing(STATES, "value"), batch(30, flag_row=4))
+    assert info2.value.rows == (4,)  # type: ignore[attr-defined]
+
+
+def test_unpicklable_oracle_fails_at_submission_with_advice() -> None:
+    pool = SolverPool(2, "process")
+    try:
+        with pytest.raises(TypeError, match="backend='thread'"):
+            pool.solve_batch(Locked(STATES), batch(4))
+        assert pool.worker_pids() == []  # nothing was started for it
+    finally:
+        pool.close()
+    with SolverPool(2, "thread", fallback=False) as threads:  # the advice works
+        np.testing.assert_array_equal(threads.solve_batch(Locked(STATES), batch(9)),
+                                      Enum(STATES).solve_batch(batch(9)))
+
+
+# --------------------------------------------------------------------------- crashes and time-outs
+@pytest.fixture(scope="module")
+def fault_pool() -> SolverPool:
+    with SolverPool(2, "process", fallback=False, chunksize=4) as pool:
+        yield pool.start()
+
+
+def test_killed_worker_chunk_is_retried_and_worker_replaced(fault_pool: SolverPool, tmp_path: object) -> None:
+    oracle = Killer(STATES, marker=str(tmp_path) + "/killed-once")  # type: ignore[operator]
+    before_pids = set(fault_pool.worker_pids())
+    restarts = fault_pool.stats["worker_restarts"]
+    w = batch(16, flag_row=9)
+    out = fault_pool.solve_batch(oracle, w)  # the worker holding row 9 dies once; its chunk is resent
+    np.testing.assert_array_equal(out, Enum(STATES).solve_batch(w))
+    assert fault_pool.stats["worker_restarts"] == restarts + 1
+    assert len(before_pids - set(fault_pool.worker_pids())) == 1
+    assert wait_dead(list(before_pids - set(fault_pool.worker_pids())))
+
+
+def test_worker_killed_twice_raises_crashed_then_next_call_works(fault_pool: SolverPool) -> None:
+    w = batch(16, flag_row=6)
+    with pytest.raises(WorkerCrashedError) as info:
+        fault_pool.solve_batch(Killer(STATES), w)
+    assert 6 in info.value.rows and set(info.value.rows) <= set(range(4, 8))
+    assert len(fault_pool.worker_pids()) == 2
+    np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+
+
+def test_timeout_raises_kills_stuck_worker_and_recovers(fault_pool: SolverPool) -> None:
+    fault_pool.timeout = 1.0
+    try:
+        w = batch(16, flag_row=13)
+        old = set(fault_pool.worker_pids())
+        start = time.monotonic()
+        with pytest.raises(SolverTimeoutError) as info:
+            fault_pool.solve_batch(Hang(STATES), w)
+        assert time.monotonic() - start < 15
+        assert 13 in info.value.rows
+        gone = old - set(fault_pool.worker_pids())
+        assert gone and wait_dead(list(gone))
+    finally:
+        fault_pool.timeout = None
+    np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+
+
+def test_thread_timeout_raises() -> None:
+    with SolverPool(2, "thread", fallback=False, timeout=0.3, chunksize=1) as pool:
+        start = time.monotonic()
+        with pytest.raises(SolverTimeoutError) as info:
+            pool.solve_batch(Enum(STATES, delay=0.2), batch(8))
+        assert time.monotonic() - start < 2.0 and info.value.rows
+
+
+def test_serial_timeout_is_checked_between_rows() -> None:
+    pool = SolverPool(backend="serial", timeout=0.05)
+    with pytest.raises(SolverTimeoutError) as info:
+        pool.solve_batch(Enum(STATES, delay=0.02), batch(20))
+    assert info.value.rows[-1] == 19 and 0 not in info.value.rows
+
+
+# --------------------------------------------------------------------------- no child left behind
+def test_leaving_with_block_stops_workers() -> None:
+    with SolverPool(2, "process", fallback=False) as pool:
+        pool.solve_batch(Enum(STATES), batch(8))
+        pids = pool.worker_pids()
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+    assert wait_dead(pids)
+    assert not {p.pid for p in multiprocessing.active_children()} & set(pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.solve_batch(Enum(STATES), batch(2))
+    assert "closed" in repr(pool)
+
+
+def test_keyboard_interrupt_during_a_call_stops_workers() -> None:
+    with SolverPool(2, "process", fallback=False, chunksize=1) as pool:
+        pool.start()
+        pids = pool.worker_pids()
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(0.5, signal.pthread_kill, args=(main, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pool.solve_batch(Enum(STATES, delay=0.5), batch(16))
+        finally:
+            timer.cancel()
+        assert wait_dead(pids) and pool.worker_pids() == []
+        # still usable: workers are started again on demand
+        np.testing.assert_array_equal(pool.solve_batch(Enum(STATES), batch(4)),
+                                      Enum(STATES).solve_batch(batch(4)))
+
+
+def test_garbage_collected_pool_stops_its_workers() -> None:
+    pool = SolverPool(2, "process").start()
+    pids = pool.worker_pids()
+    assert pids and all(alive(p) for p in pids)
+    del pool
+    gc.collect()
+    assert wait_dead(pids)
+
+
+# --------------------------------------------------------------------------- the in-process fallback
+def test_fast_oracle_is_solved_in_process_without_starting_workers() -> None:
+    with SolverPool(2, "process") as pool:
+        oracle = Enum(STATES)
+        w = batch(64)
+        for _ in range(3):
+            np.testing.assert_array_equal(pool.solve_batch(oracle, w), oracle.solve_batch(w))
+        plan = pool.last_plan
+        assert isinstance(plan, PoolPlan) and plan.mode == "in-process"
+        assert "min_parallel_seconds" in plan.reason and plan.est_serial_s is not None
+        assert pool.worker_pids() == []  # nothing was worth starting a process for
+        assert pool.stats["probe_rows"] >= 2 and pool.stats["parallel_calls"] == 0
+
+
+def test_slow_oracle_goes_parallel_and_threshold_is_respected() -> None:
+    oracle = Enum(STATES, delay=0.004)  # sleeps release the GIL: threads really run in parallel
+    with SolverPool(2, "thread") as pool:
+        pool.solve_batch(oracle, batch(40))
+        plan = pool.last_plan
+        assert plan is not None and plan.mode == "parallel" and plan.probe_rows >= 1
+        assert plan.chunks >= 2 and plan.est_parallel_s is not None and plan.est_serial_s is not None
+        assert plan.est_parallel_s < plan.est_serial_s
+        pool.min_parallel_seconds = 10.0  # now the whole batch is "too small"
+        pool.solve_batch(oracle, batch(40))
+        assert pool.last_plan is not None and pool.last_plan.mode == "in-process"
+        assert "min_parallel_seconds" in pool.last_plan.reason
+
+
+def test_one_worker_never_beats_the_caller() -> None:
+    with SolverPool(1, "thread") as pool:
+        pool.solve_batch(Enum(STATES, delay=0.003), batch(20))
+        pool.solve_batch(Enum(STATES, delay=0.003), batch(20))
+        assert pool.last_plan is not None and pool.last_plan.mode == "in-process"
+
+
+# --------------------------------------------------------------------------- devices and the layer
+class SpyPool:
+    """Records the batch sizes it is asked to solve."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.inner = SolverPool(backend="serial")
+
+    def solve_batch(self, oracle: object, weights: np.ndarray) -> np.ndarray:
+        self.calls.append(weights.shape[0])
+        return self.inner.solve_batch(oracle, weights)  # type: ignore[arg-type]
+
+
+def test_layer_sends_forward_and_backward_rows_in_one_call_each() -> None:
+    spy = SpyPool()
+    layer = IMLE(Enum(STATES), samples=3, pool=spy, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(5, STATES.shape[1], requires_grad=True)
+    layer(w).sum().backward()
+    assert spy.calls == [15, 15]
+
+
+def test_layer_with_process_pool_equals_layer_without(proc_pool: SolverPool) -> None:
+    theta = torch.randn(6, STATES.shape[1], dtype=torch.float64)
+    upstream = torch.randn(6, 2, STATES.shape[1], dtype=torch.float64)
+    grads = []
+    for pool in (None, proc_pool):
+        w = theta.clone().requires_grad_(True)
+        z = IMLE(Enum(STATES), samples=2, pool=pool, generator=torch.Generator().manual_seed(1))(w)
+        (z * upstream).sum().backward()
+        grads.append((z.detach(), w.grad))
+    assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+
+
+def test_torch_oracle_never_reaches_the_workers() -> None:
+    spy = SpyPool()
+    theta = torch.randn(4, 6)
+    z = map_solve(TopK(2, 6), theta, spy)  # map_solve keeps a TorchOracle on its device
+    assert spy.calls == [] and z.sum().item() == 8
+    with SolverPool(2, "process") as pool:  # handed one directly, the pool solves it in the caller
+        out = pool.solve_batch(TopK(2, 6), theta.double().numpy())
+        assert out.sum() == 8 and pool.worker_pids() == []
+        assert pool.last_plan is not None and "TorchOracle" in pool.last_plan.reason
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tensors_stay_on_device_and_topk_never_syncs() -> None:
+    with SolverPool(2, "process") as pool:
+        layer = IMLE(TopK(3, 10), samples=4, pool=pool)
+        w = torch.randn(8, 10, device="cuda", requires_grad=True)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            z = layer(w)
+            z.sum().backward()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert z.device.type == "cuda" and w.grad is not None and w.grad.device.type == "cuda"
+        assert pool.stats["calls"] == 0  # TorchOracle: the pool is never asked
+        # a solver-backed oracle: one host round trip, the answer back on the device
+        zs = map_solve(Enum(STATES), torch.randn(5, STATES.shape[1], device="cuda"), pool)
+        assert zs.device.type == "cuda" and pool.stats["calls"] == 1
+
+
+# --------------------------------------------------------------------------- arguments
+@pytest.mark.parametrize("kwargs", [
+    {"backend": "mpi"}, {"workers": 0}, {"timeout": 0}, {"chunksize": 0}, {"start_method": "fork"},
+    {"client": object()}, {"dask_address": "tcp://x:1"},
+])
+def test_bad_arguments(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        SolverPool(**kwargs)  # type: ignore[arg-type]
+
+
+def test_repr_and_stats() -> None:
+    pool = SolverPool(3, "thread", timeout=2.0)
+    assert repr(pool) == "SolverPool(backend='thread', workers=3, timeout=2.0, idle, calls=0)"
+    oracle = Enum(STATES)
+    pool.solve_batch(oracle, batch(3))
+    stats = pool.stats
+    assert stats["calls"] == 1 and stats["rows"] == 3 and stats["oracles"][0]["oracle"] == "Enum"
+    del oracle  # the pool holds oracles weakly: a dead oracle's entry goes with it
+    assert pool.stats["oracles"] == []
+    pool.close()
+    pool.close()  # idempotent

@@ -1,0 +1,116 @@
+"""Picklable oracles for the pool tests (no tests here: kept light so that workers import it fast)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from imle_solvers import InfeasibleError, MapOracle
+
+FLAG = 999.0  # weights[0] == FLAG marks the row an oracle misbehaves on
+
+
+def k_subsets(m: int, k: int) -> np.ndarray:
+    """All 0/1 vectors of length m with exactly k ones."""
+    out = np.zeros((0, m))
+    for idx in combinations(range(m), k):
+        z = np.zeros(m)
+        z[list(idx)] = 1.0
+        out = np.vstack([out, z])
+    return out
+
+
+class Enum(MapOracle):
+    """Brute-force MAP over an explicit state list; optional sleep per solve (releases the GIL)."""
+
+    def __init__(self, states: np.ndarray, sense: str = "max", delay: float = 0.0) -> None:
+        self.states = np.asarray(states, dtype=np.float64)
+        self.n_vars = self.states.shape[1]
+        self.sense = sense  # type: ignore[assignment]
+        self.expected_nonzeros = float(self.states.sum(1).mean())
+        self.delay = delay
+        self.solve_calls = 0
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        self.solve_calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        scores = self.states @ weights
+        return self.states[np.argmax(scores) if self.sense == "max" else np.argmin(scores)].copy()
+
+
+class CountingPickles(Enum):
+    """Counts how often it is pickled (in the process that pickles it)."""
+
+    pickled = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        type(self).pickled += 1
+        return self.__dict__.copy()
+
+
+class Failing(Enum):
+    """Raises on the flagged row: a library error, a ValueError, or an exception that does not pickle."""
+
+    def __init__(self, states: np.ndarray, kind: str) -> None:
+        super().__init__(states)
+        self.kind = kind
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if weights[0] == FLAG:
+            if self.kind == "library":
+                raise InfeasibleError("no state for this row")
+            if self.kind == "value":
+                raise ValueError("bad row seen by the oracle")
+            raise Unpicklable("cannot travel", threading.Lock())
+        return super().solve(weights)
+
+
+class Unpicklable(Exception):
+    """An exception whose arguments do not pickle."""
+
+
+class Killer(Enum):
+    """SIGKILLs its own process on the flagged row: every time, or once (a marker file remembers)."""
+
+    def __init__(self, states: np.ndarray, marker: str | None = None) -> None:
+        super().__init__(states)
+        self.marker = marker
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if weights[0] == FLAG:
+            if self.marker is None or not os.path.exists(self.marker):
+                if self.marker is not None:
+                    open(self.marker, "w").close()
+                os.kill(os.getpid(), signal.SIGKILL)
+        return super().solve(weights)
+
+
+class Hang(Enum):
+    """Sleeps (practically forever) on the flagged row."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if weights[0] == FLAG:
+            time.sleep(60)
+        return super().solve(weights)
+
+
+class Locked(Enum):
+    """Holds a lock: cannot be pickled."""
+
+    def __init__(self, states: np.ndarray) -> None:
+        super().__init__(states)
+        self.lock = threading.Lock()
+
+
+class BrokenUnpickle(Enum):
+    """Pickles fine but fails to unpickle (in the worker)."""
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        raise RuntimeError("this oracle refuses to be rebuilt")
