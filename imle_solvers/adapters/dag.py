@@ -98,28 +98,42 @@ class DAGShortestPath(TorchOracle):
         self._source_idx, self._target_idx = nodes[source], nodes[target]
         self._tails = torch.tensor(tails, dtype=torch.long)
         # Per level: the nodes relaxed there and their incoming arcs, padded to the level's max in-degree
-        # with the dummy arc index m (its cost is +inf).
+        # with the dummy arc index m (its cost is +inf). All levels' arcs are gathered in one call.
         by_level: dict[int, list[int]] = {}
         for v in incoming:
             by_level.setdefault(levels[v], []).append(v)
-        self._plan: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        level_nodes: list[int] = []
+        arc_rows: list[list[int]] = []
+        self._levels: list[tuple[torch.Tensor, torch.Tensor, int, int, int]] = []
+        offset = 0
         for lvl in sorted(by_level):
             vs = by_level[lvl]
             width = max(len(incoming[v]) for v in vs)
             arcs = [incoming[v] + [self.n_vars] * (width - len(incoming[v])) for v in vs]
-            arc_idx = torch.tensor(arcs, dtype=torch.long)  # [L, K]
-            tail_idx = torch.tensor(
-                [[tails[e] if e < self.n_vars else self._source_idx for e in row] for row in arcs],
-                dtype=torch.long,
-            )  # [L, K]
-            self._plan.append((torch.tensor(vs, dtype=torch.long), arc_idx, tail_idx))
+            tails_lvl = [[tails[e] if e < self.n_vars else self._source_idx for e in row] for row in arcs]
+            self._levels.append(
+                (torch.tensor(vs, dtype=torch.long), torch.tensor(tails_lvl, dtype=torch.long).flatten(),
+                 offset, len(vs), width)
+            )
+            offset += len(vs) * width
+            level_nodes += vs
+            arc_rows.append([e for row in arcs for e in row])
+        self._all_arcs = torch.tensor([e for row in arc_rows for e in row], dtype=torch.long)  # [Σ L·K]
+        self._level_nodes = torch.tensor(level_nodes, dtype=torch.long)  # [Σ L]
+        # For the backtrack: per relaxed node, its candidate arcs padded to the overall max in-degree.
+        k_max = max(w for *_, w in self._levels)
+        table = []
+        for row, (_, _, _, n_l, w) in zip(arc_rows, self._levels):
+            for i in range(n_l):
+                table.append(row[i * w : (i + 1) * w] + [self.n_vars] * (k_max - w))
+        self._arc_table = torch.tensor(table, dtype=torch.long)  # [Σ L, K_max]
         self._max_hops, min_hops = _hop_range(
             self._source_idx, self._target_idx, tails, heads, useful, levels, len(nodes)
         )
         if expected_nonzeros is None:
             expected_nonzeros = 0.5 * (self._max_hops + min_hops)
         self.expected_nonzeros = float(expected_nonzeros)
-        self._cache: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = {}
+        self._cache: dict[torch.device, dict[str, Any]] = {}
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -148,10 +162,16 @@ class DAGShortestPath(TorchOracle):
         return cls(list(graph.edges), source, target, **kwargs)
 
     # ------------------------------------------------------------------ solving
-    def _device_plan(self, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    def _device_plan(self, device: torch.device) -> dict[str, Any]:
         plan = self._cache.get(device)
         if plan is None:
-            plan = [(v.to(device), a.to(device), t.to(device)) for v, a, t in self._plan]
+            plan = {
+                "levels": [(v.to(device), t.to(device), o, n, w) for v, t, o, n, w in self._levels],
+                "all_arcs": self._all_arcs.to(device),
+                "level_nodes": self._level_nodes.to(device),
+                "arc_table": self._arc_table.to(device),
+                "tails": torch.cat([self._tails, torch.tensor([self._source_idx])]).to(device),
+            }
             self._cache[device] = plan
         return plan
 
@@ -160,25 +180,31 @@ class DAGShortestPath(TorchOracle):
         lead, m = weights.shape[:-1], weights.shape[-1]
         w = weights.reshape(-1, m)
         n, device = w.shape[0], w.device
-        inf = torch.tensor(float("inf"), dtype=w.dtype, device=device)
-        w_pad = torch.cat([w, inf.expand(n, 1)], dim=1)  # dummy arc m costs +inf          [N, m+1]
-        dist = inf.expand(n, self._n_nodes).clone()  # d(v) = +inf                          [N, V]
+        plan = self._device_plan(device)
+        w_pad = torch.cat([w, w.new_full((n, 1), float("inf"))], dim=1)  # dummy arc m: +inf   [N, m+1]
+        w_arcs = w_pad.index_select(1, plan["all_arcs"])  # every level's arc costs, one gather   [N, Σ L·K]
+        dist = w.new_full((n, self._n_nodes), float("inf"))  # d(v) = +inf                         [N, V]
         dist[:, self._source_idx] = 0.0  # d(source) = 0
-        best = torch.full((n, self._n_nodes), m, dtype=torch.long, device=device)  # arc into v  [N, V]
-        for nodes, arcs, tails in self._device_plan(device):
-            cand = dist[:, tails] + w_pad[:, arcs]  # d(u) + c(u,v) per incoming arc        [N, L, K]
-            value, k = cand.min(dim=-1)  # Bellman: d(v) = min_(u,v) d(u) + c(u,v)           [N, L]
-            dist[:, nodes] = value
-            best[:, nodes] = arcs[torch.arange(arcs.shape[0], device=device), k]  # argmin arc  [N, L]
-        # Backtrack from the target for a fixed number of hops; finished rows write to the dummy column.
+        choices = []
+        for nodes, tails, offset, n_l, width in plan["levels"]:
+            cand = dist.index_select(1, tails) + w_arcs[:, offset : offset + n_l * width]  # d(u) + c(u,v)
+            value, k = cand.view(n, n_l, width).min(dim=-1)  # Bellman: d(v) = min d(u) + c(u,v)   [N, L]
+            dist.index_copy_(1, nodes, value)
+            choices.append(k)
+        k_all = torch.cat(choices, dim=1)  # argmin position per relaxed node   [N, Σ L]
+        table = plan["arc_table"]  # [Σ L, K]
+        best_rel = table.unsqueeze(0).expand(n, -1, -1).gather(2, k_all.unsqueeze(-1)).squeeze(-1)
+        best = torch.full((n, self._n_nodes), m, dtype=torch.long, device=device)  # arc into v   [N, V]
+        best.index_copy_(1, plan["level_nodes"], best_rel)
+        # Backtrack from the target for a fixed number of hops; rows already at the source write to the
+        # dummy column m (no data-dependent control flow, no host sync).
         z = torch.zeros((n, m + 1), dtype=w.dtype, device=device)
-        rows = torch.arange(n, device=device)
-        node = torch.full((n,), self._target_idx, dtype=torch.long, device=device)  # current node  [N]
-        tails_pad = torch.cat([self._tails.to(device), node.new_tensor([self._source_idx])])
+        node = torch.full((n, 1), self._target_idx, dtype=torch.long, device=device)  # [N, 1]
+        tails_pad = plan["tails"]
         for _ in range(self._max_hops):
-            arc = best[rows, node]  # arc into the current node (m once at the source)    [N]
-            z[rows, arc] = 1.0  # z_arc = 1
-            node = tails_pad[arc]  # step back to its tail                               [N]
+            arc = best.gather(1, node)  # arc into the current node   [N, 1]
+            z.scatter_(1, arc, 1.0)  # z_arc = 1
+            node = tails_pad[arc]  # step back to its tail          [N, 1]
         return z[:, :m].reshape(*lead, m)
 
     def __repr__(self) -> str:

@@ -30,5 +30,5 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .knapsack import knapsack  # noqa: F401
-    from .terrain import terrain_maps  # noqa: F401
+    from .knapsack import knapsack
+    from .terrain import terrain_maps

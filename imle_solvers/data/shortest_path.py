@@ -32,7 +32,8 @@ def shortest_path(
     * ``c_j = [((B x)_j / √p + 3)^deg + 1] / 3.5^deg · ε_j`` with ``ε_j ~ U[1 − ē, 1 + ē]``.
 
     The random draws (B, then x, then ε, from ``numpy.random.RandomState(seed)``) are in the order of
-    PyEPO's ``pyepo.data.shortestpath.genData``, so the same seed gives the same numbers.
+    PyEPO's ``pyepo.data.shortestpath.genData``, so the same seed gives the same numbers. The matrix
+    B is recorded in ``dataset.info["basis"]``.
 
     Parameters
     ----------
@@ -66,7 +67,7 @@ def shortest_path(
     eps = rnd.uniform(1.0 - noise_width, 1.0 + noise_width, (num_samples, d))  # ε   [n, d]
     costs = spo_costs(x, basis, deg, eps)  # [n, d]
     info = {"problem": "shortest-path", "grid": [rows, cols], "num_features": num_features, "deg": deg,
-            "noise_width": noise_width, "seed": seed}
+            "noise_width": noise_width, "seed": seed, "basis": basis.tolist()}
     return PTODataset(
         torch.from_numpy(x).float(), torch.from_numpy(costs).float(), oracle, info=info
     )

@@ -1,0 +1,194 @@
+"""The training methods compared by ``imle-solvers train``, all on the same oracle API.
+
+Each method turns a model's predicted weights ``ĉ`` (in the oracle's sense) and a batch of
+``(x, c, z*, f*)`` into a scalar loss whose gradient trains the model:
+
+============  ===========================================================================================
+name          loss (``S`` perturbations, ``⟨·,·⟩`` summed over the m variables)
+============  ===========================================================================================
+imle          I-MLE, PID target (eq. 8, λ = 10), SumOfGamma noise, S = 10, decision loss ``ℓ_R``
+imle-mumu     I-MLE "μ-μ": OptimalTarget (eq. 10) + ``ℓ_R`` → ``MAP(θ+ε) − MAP(−c+ε)`` (Fact 2), S = 10
+imle-mm       I-MLE "M-M": OptimalTarget + Hamming loss to ``z*`` → perceptron rule (Fact 1), S = 10
+aimle         I-MLE with the adaptive target (AI-MLE), ``ℓ_R``, S = 10
+dbb           Blackbox (Vlastelica et al. 2020), λ = 20, ``ℓ_R``
+dpo           PerturbedOptimizer (Berthet et al. 2020), σ = 1, S = 10, squared error to ``z*``
+pfyl          perturbed Fenchel-Young loss (Berthet et al. 2020), σ = 1, S = 10
+spo+          SPO+ (Elmachtoub & Grigas 2022)
+two-stage     mean squared error between ``ĉ`` and ``c`` (no solver in training)
+============  ===========================================================================================
+
+``ℓ_R(z; c) = ⟨c, z⟩`` for a ``"min"`` oracle (``−⟨c, z⟩`` for ``"max"``) is the regret up to a term
+that does not depend on ``z``, so ``∇z ℓ_R = c`` (θ-space ``−θ_true``). Targets (eq. 8, eq. 10) need
+the *unscaled* per-instance ``∇z ℓ``: the layer-based methods sum the loss over the batch and rescale
+the weights' gradient by ``1/B`` instead (:func:`scale_grad`), so that e.g. eq. 10 gives ``θ' = −c``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..estimators import Blackbox, PerturbedOptimizer
+from ..imle import IMLE
+from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
+from ..noise import NoiseDistribution, SumOfGamma
+from ..oracle import BatchSolver, MapOracle, sense_sign
+from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget
+
+__all__ = ["METHODS", "Method", "build_method", "decision_loss", "scale_grad"]
+
+Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, c, z*, f*
+
+
+class _ScaleGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, factor: float) -> torch.Tensor:
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad * ctx.factor, None
+
+
+def scale_grad(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """Identity in the forward pass; multiplies the gradient by ``factor`` in the backward pass."""
+    return _ScaleGrad.apply(x, factor)  # type: ignore[no-any-return]
+
+
+def decision_loss(z: torch.Tensor, costs: torch.Tensor, oracle: MapOracle) -> torch.Tensor:
+    """``ℓ_R`` per instance and sample: ``−sign·⟨c, z⟩`` (``⟨c, z⟩`` for min, ``−⟨v, z⟩`` for max).
+
+    ``z`` is ``(B, m)`` or ``(B, S, m)``; the result is ``(B,)`` or ``(B, S)``.
+    """
+    c = costs if z.dim() == costs.dim() else costs.unsqueeze(1)  # [B, 1, m] against [B, S, m]
+    return -sense_sign(oracle) * (c * z).sum(-1)
+
+
+@dataclasses.dataclass
+class Method:
+    """A named training method: ``loss(ĉ, batch) -> (loss for backward, per-instance loss to report)``."""
+
+    name: str
+    loss: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]
+    modules: list[nn.Module]
+    uses_solver: bool = True
+
+    def train(self) -> None:
+        for m in self.modules:
+            m.train()
+
+
+def build_method(
+    name: str,
+    oracle: MapOracle,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
+    noise: NoiseDistribution | None = None,
+    lam: float = 10.0,
+    sigma: float = 1.0,
+    bb_lam: float = 20.0,
+) -> Method:
+    """Build one of :data:`METHODS` for ``oracle``.
+
+    Parameters
+    ----------
+    name
+        A key of :data:`METHODS`.
+    oracle
+        The problem's MAP oracle.
+    samples
+        S, perturbations per instance for the perturbation-based methods.
+    pool
+        Optional :class:`~imle_solvers.SolverPool` for solver-backed oracles.
+    noise
+        Perturbation of the I-MLE methods (default ``SumOfGamma()``, κ = ``oracle.expected_nonzeros``).
+    lam
+        λ of the PID target.
+    sigma
+        σ of DPO and the Fenchel-Young loss.
+    bb_lam
+        λ of the blackbox method.
+    """
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    sog = SumOfGamma() if noise is None else noise
+    if name == "two-stage":
+        mse = nn.MSELoss()
+        return Method(name, lambda c_hat, b: _both(mse(c_hat, b[1]), c_hat), [], uses_solver=False)
+    if name == "spo+":
+        spo = SPOPlusLoss(oracle, pool=pool, reduction="none")
+        return Method(name, lambda c_hat, b: _per(spo(c_hat, b[1], optimal=b[2])), [spo])
+    if name == "pfyl":
+        fy = FenchelYoungLoss(oracle, sigma=sigma, samples=samples, pool=pool, reduction="none")
+        return Method(name, lambda c_hat, b: _per(fy(c_hat, b[2])), [fy])
+    if name == "dpo":
+        dpo = PerturbedOptimizer(oracle, sigma=sigma, samples=samples, pool=pool)
+
+        def dpo_loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+            y_hat = dpo(c_hat)  # E[MAP(θ + σZ)]   [B, m]
+            return _per(((y_hat - b[2]) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
+
+        return Method(name, dpo_loss, [dpo])
+    if name == "dbb":
+        layer: nn.Module = Blackbox(oracle, lam=bb_lam, pool=pool)
+        return Method(name, _summed(layer, 1, "regret", oracle), [layer])
+    target = {
+        "imle": PerturbedTarget(lam),
+        "aimle": AdaptiveTarget(),
+        "imle-mumu": OptimalTarget(),
+        "imle-mm": OptimalTarget(),
+    }[name]
+    layer = IMLE(oracle, noise=sog, target=target, samples=samples, pool=pool)
+    kind = "hamming" if name == "imle-mm" else "regret"
+    return Method(name, _summed(layer, samples, kind, oracle), [layer])
+
+
+def _summed(
+    layer: nn.Module, samples: int, kind: str, oracle: MapOracle
+) -> Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]:
+    """Loss through a perturb-and-MAP layer, summed over instances and samples.
+
+    Targets (eq. 8's ``θ − λ∇zℓ``, eq. 10's ``−∇zℓ``) need the *per-instance* ``∇z ℓ`` (e.g. ``c``),
+    not one divided by the batch size; the weights' gradient is rescaled by ``1/B`` instead, and the
+    layer itself averages its S per-sample estimates.
+    """
+
+    def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(c_hat)
+        z = layer(scale_grad(c_hat, 1.0 / n)).reshape(n, samples, -1)  # z = MAP(θ + ε)   [B, S, m]
+        if kind == "regret":
+            per = decision_loss(z, b[1], oracle)  # ℓ_R = ⟨c, z⟩ → ∇z ℓ = c   [B, S]
+        else:
+            y = b[2].unsqueeze(1)  # z*   [B, 1, m]
+            per = hamming_loss(z, y, reduction="none") * z.shape[-1]  # Σ_i |z_i − y_i|, ∇z = 1 − 2y
+        return per.sum(), per.mean(1).detach()
+
+    return loss
+
+
+def _per(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean for backward, per-instance values for reporting."""
+    return values.mean(), values.detach()
+
+
+def _both(loss: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return loss, loss.detach().expand(len(like))
+
+
+#: method name → one-line description (the order is the table order)
+METHODS: dict[str, str] = {
+    "imle": "I-MLE, PID target λ=10, SumOfGamma, S=10, regret loss",
+    "imle-mumu": "I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10",
+    "imle-mm": "I-MLE M-M: optimal target (eq. 10) + Hamming loss (Fact 1), S=10",
+    "aimle": "AI-MLE: adaptive target, S=10, regret loss",
+    "dbb": "Blackbox (DBB), λ=20, regret loss",
+    "dpo": "PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*",
+    "pfyl": "perturbed Fenchel-Young loss, σ=1, S=10",
+    "spo+": "SPO+ loss",
+    "two-stage": "two-stage: MSE regression of the costs",
+}

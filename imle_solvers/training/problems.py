@@ -1,0 +1,113 @@
+"""The problems of ``imle-solvers train``: data, model and oracles for each ``--problem``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from ..data.dataset import PTODataset
+from ..oracle import MapOracle
+from .models import TerrainCNN, linear_model
+
+__all__ = ["PROBLEMS", "ClampedCosts", "Problem", "make_problem"]
+
+
+class ClampedCosts(MapOracle):
+    """A ``"min"`` oracle that raises costs below ``floor`` to ``floor`` before solving.
+
+    For shortest paths on graphs with cycles (the terrain grid), a perturbation ``c − ε`` or a
+    target ``c + λ∇zℓ`` can make costs negative, and negative cycles make the problem unbounded
+    (:class:`~imle_solvers.errors.NegativeCycleError`). Clamping at ``floor ≥ 0`` keeps every
+    perturbed problem well posed; it only changes instances whose perturbed costs dip below it.
+
+    Parameters
+    ----------
+    oracle
+        The wrapped ``"min"`` oracle.
+    floor
+        Smallest cost handed to it.
+    """
+
+    sense = "min"
+
+    def __init__(self, oracle: MapOracle, floor: float = 0.0) -> None:
+        if oracle.sense != "min":
+            raise ValueError("ClampedCosts wraps a 'min' (cost) oracle")
+        self.oracle, self.floor = oracle, float(floor)
+        self.n_vars = oracle.n_vars
+        self.expected_nonzeros = oracle.expected_nonzeros
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return self.oracle.solve(np.maximum(weights, self.floor))
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        arr = self.validate(weights)
+        return self.oracle.solve_batch(np.maximum(arr, self.floor))  # c ← max(c, floor)
+
+    def __repr__(self) -> str:
+        return f"ClampedCosts({self.oracle!r}, floor={self.floor})"
+
+
+@dataclasses.dataclass
+class Problem:
+    """Train / test data, a model factory and the oracle used inside training layers."""
+
+    train: PTODataset
+    test: PTODataset
+    model: Callable[[], nn.Module]
+    train_oracle: MapOracle
+    defaults: dict[str, Any]
+
+
+def make_problem(
+    name: str,
+    n_train: int,
+    n_test: int,
+    seed: int,
+    deg: int = 1,
+    noise_width: float = 0.5,
+    num_features: int = 5,
+    grid: int = 5,
+    size: int = 12,
+) -> Problem:
+    """Build ``name`` (``shortest-path``, ``knapsack`` or ``terrain``) with data seed ``seed``.
+
+    The train and test sets are the first ``n_train`` and the next ``n_test`` instances of one
+    generated data set (same hidden ``B`` / same terrain costs).
+    """
+    n = n_train + n_test
+    if name == "shortest-path":
+        from ..data.shortest_path import shortest_path
+
+        data = shortest_path(n, num_features, (grid, grid), deg, noise_width, seed)
+        train, test = data.split(n_train)
+        m = data.oracle.n_vars
+        return Problem(train, test, lambda: linear_model(num_features, m), data.oracle,
+                       {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10})
+    if name == "knapsack":
+        from ..data.knapsack import knapsack
+
+        data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed)
+        train, test = data.split(n_train)
+        m = data.oracle.n_vars
+        return Problem(train, test, lambda: linear_model(num_features, m), data.oracle,
+                       {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10})
+    if name == "terrain":
+        from ..data.terrain import terrain_maps
+
+        data = terrain_maps(n, size=size, seed=seed)
+        train, test = data.split(n_train)
+        return Problem(train, test, lambda: TerrainCNN(size), ClampedCosts(data.oracle, 0.0),
+                       {"lr": 1e-3, "batch_size": 70, "epochs": 10, "samples": 1})
+    raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
+
+
+PROBLEMS: dict[str, str] = {
+    "shortest-path": "5×5 grid shortest path, linear model (PyEPO protocol)",
+    "knapsack": "2-D knapsack with 32 items, linear model (PyEPO protocol)",
+    "terrain": "12×12 terrain maps (Warcraft stand-in), small CNN, 8-neighbour vertex-weighted paths",
+}

@@ -1,0 +1,100 @@
+"""Predict-then-optimize data: the SPO generating model, optimal labels, splits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from imle_solvers.adapters.dag import DAGShortestPath
+from imle_solvers.data import PTODataset, shortest_path
+
+
+def grid_paths(oracle: DAGShortestPath) -> np.ndarray:
+    """All monotone south-west → north-east paths of a small grid, as arc indicators."""
+    index = {e: i for i, e in enumerate(oracle.edges)}
+    target = oracle.target
+    out = []
+    stack: list[tuple[object, list[int]]] = [(oracle.source, [])]
+    while stack:
+        node, used = stack.pop()
+        if node == target:
+            z = np.zeros(oracle.n_vars)
+            z[used] = 1
+            out.append(z)
+            continue
+        for (u, v), i in index.items():
+            if u == node:
+                stack.append((v, [*used, i]))
+    return np.array(out)
+
+
+def test_fixed_seed_values() -> None:
+    # PyEPO's draw order (B, x, ε from RandomState(135)); values recorded from this implementation
+    d = shortest_path(3, deg=2, noise_width=0.5, seed=135)
+    np.testing.assert_allclose(d.features[0].numpy(), [0.189780, 0.281312, 0.804075, 0.343585, 0.796995],
+                               atol=1e-6)
+    np.testing.assert_allclose(d.costs[0, :6].numpy(),
+                               [1.416918, 1.633803, 1.202865, 0.735007, 0.673360, 1.945560], atol=1e-5)
+    np.testing.assert_allclose(d.objectives.numpy(), [6.913897, 5.736040, 5.733779], atol=1e-5)
+
+
+@pytest.mark.parametrize("deg", [1, 2, 4])
+def test_costs_follow_the_formula(deg: int) -> None:
+    d = shortest_path(400, num_features=5, deg=deg, noise_width=0.0, seed=7)
+    x = d.features.double().numpy()
+    basis = np.array(d.info["basis"], dtype=float)
+    assert basis.shape == (40, 5) and set(np.unique(basis)) <= {0.0, 1.0}
+    expected = ((x @ basis.T / np.sqrt(5) + 3) ** deg + 1) / 3.5**deg
+    np.testing.assert_allclose(d.costs.numpy(), expected, rtol=1e-5)
+    # features are standard normal
+    assert abs(x.mean()) < 0.1 and abs(x.std() - 1) < 0.1
+
+
+def test_noise_is_uniform_multiplicative() -> None:
+    clean = shortest_path(2000, deg=1, noise_width=0.0, seed=3)
+    noisy = shortest_path(2000, deg=1, noise_width=0.5, seed=3)
+    np.testing.assert_array_equal(clean.features.numpy(), noisy.features.numpy())  # same x, same B
+    eps = (noisy.costs / clean.costs).double().numpy()  # ε ~ U[0.5, 1.5]
+    assert eps.min() >= 0.5 - 1e-5 and eps.max() <= 1.5 + 1e-5
+    assert abs(eps.mean() - 1.0) < 0.01 and abs(eps.var() - 1 / 12) < 0.005
+    # statistics of the noiseless costs for deg = 1: E[c] = 4 / 3.5
+    assert abs(clean.costs.double().mean().item() - 4 / 3.5) < 0.02
+
+
+def test_labels_are_optimal_paths() -> None:
+    d = shortest_path(30, grid=(3, 4), deg=2, noise_width=0.5, seed=1)
+    assert isinstance(d.oracle, DAGShortestPath) and d.oracle.n_vars == 17
+    paths = grid_paths(d.oracle)
+    best = (d.costs.double().numpy() @ paths.T).min(1)
+    np.testing.assert_allclose(d.objectives.numpy(), best, rtol=1e-5)
+    assert torch.all(d.solutions.sum(1) == 5)
+
+
+def test_dataset_protocol_and_split() -> None:
+    d = shortest_path(10, seed=2)
+    x, c, z, f = d[3]
+    assert x.shape == (5,) and c.shape == (40,) and z.shape == (40,) and f.shape == ()
+    assert x.dtype == torch.float32 and c.dtype == torch.float32
+    train, test = d.split(6)
+    assert len(train) == 6 and len(test) == 4 and train.oracle is d.oracle
+    torch.testing.assert_close(test.costs, d.costs[6:])
+    with pytest.raises(ValueError):
+        d.split(11)
+    with pytest.raises(ValueError):
+        PTODataset(d.features[:3], d.costs, d.oracle)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"deg": 0}, "deg"), ({"noise_width": 1.0}, "noise_width"), ({"num_features": 0}, "num_features")],
+)
+def test_bad_arguments(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        shortest_path(5, **kwargs)
+
+
+def test_same_seed_same_data_different_seed_different_basis() -> None:
+    a, b, c = shortest_path(5, seed=11), shortest_path(5, seed=11), shortest_path(5, seed=12)
+    torch.testing.assert_close(a.costs, b.costs)
+    assert a.info["basis"] != c.info["basis"]
