@@ -15,6 +15,7 @@ from ..data.dataset import PTODataset
 from ..losses import regret
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
 from .methods import build_method
+from .optim import Adam
 
 __all__ = ["evaluate", "train_model"]
 
@@ -112,8 +113,7 @@ def train_model(
     torch.manual_seed(seed)
     method = build_method(method_name, oracle, pool=pool, **(method_options or {}))
     params = list(model.parameters())
-    opt = torch.optim.Adam(params, lr=lr)
-    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(lr_milestones), gamma=0.1)
+    opt = Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     first = evaluate(model, test, pool=pool)
     curve, acc_curve = [first["regret"]], [first["accuracy"]]
@@ -134,14 +134,15 @@ def train_model(
             batch = (train.features[idx], train.costs[idx], train.solutions[idx], train.objectives[idx])
             c_hat = model(batch[0])  # predicted weights   [B, m]
             loss, per = method.loss(c_hat, batch)
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()
             loss.backward()
             opt.step()
             running += float(per.sum())
             seen += len(idx)
             if show_progress:
-                bar.set_postfix(loss=f"{running / seen:.4g}")  # the running loss
-        sched.step()
+                bar.set_postfix(loss=f"{running / seen:.4g}", refresh=False)  # the running loss
+        if epoch + 1 in lr_milestones:
+            opt.lr *= 0.1
         times.append(time.perf_counter() - start)
         losses.append(running / max(seen, 1))
         ev = evaluate(model, test, pool=pool)

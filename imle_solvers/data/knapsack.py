@@ -1,0 +1,67 @@
+"""Synthetic multi-dimensional knapsack data of PyEPO (Tang & Khalil, 2022)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .dataset import PTODataset, spo_costs
+from .shortest_path import _check
+
+__all__ = ["knapsack"]
+
+
+def knapsack(
+    num_samples: int,
+    num_features: int = 5,
+    num_items: int = 32,
+    dim: int = 2,
+    capacity: float | Sequence[float] = 20.0,
+    deg: int = 1,
+    noise_width: float = 0.0,
+    seed: int = 135,
+    backend: str = "cpsat",
+) -> PTODataset:
+    """Features and item values for the 0/1 knapsack with ``dim`` resource constraints (PyEPO).
+
+    * item weights ``W ∈ {3.00, 3.01, …, 7.99}^{dim×m}``, uniform, fixed for the data set;
+    * ``B ∈ {0, 1}^{m×p}``, ``B_ij ~ Bernoulli(0.5)``; ``x ~ N(0, I_p)``;
+    * values ``v_j = ⌈5 · [((B x)_j / √p + 3)^deg + 1] / 3.5^deg · ε_j⌉``, ``ε_j ~ U[1 − ē, 1 + ē]``.
+
+    The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m``: the oracle is an
+    :class:`~imle_solvers.ILP` with ``sense="max"`` (so the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). The draws
+    (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
+    ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``.
+
+    Parameters
+    ----------
+    num_samples, num_features, deg, noise_width, seed
+        As for :func:`~imle_solvers.data.shortest_path`.
+    num_items
+        m.
+    dim
+        Number of resource constraints.
+    capacity
+        Right-hand side(s), a scalar or ``dim`` values.
+    backend
+        ILP back end (``"cpsat"``, ``"cbc"`` or ``"highs"``).
+    """
+    _check(num_samples, num_features, deg, noise_width)
+    if int(num_items) != num_items or num_items < 1 or int(dim) != dim or dim < 1:
+        raise ValueError(f"num_items and dim must be positive integers, got {num_items}, {dim}")
+    from ..ilp import ILP
+
+    rnd = np.random.RandomState(seed)
+    weights = rnd.choice(range(300, 800), size=(dim, num_items)) / 100  # W ∈ [3, 8)   [dim, m]
+    basis = rnd.binomial(1, 0.5, (num_items, num_features))  # B   [m, p]
+    x = rnd.normal(0.0, 1.0, (num_samples, num_features))  # x   [n, p]
+    eps = rnd.uniform(1.0 - noise_width, 1.0 + noise_width, (num_samples, num_items))  # ε   [n, m]
+    values = np.ceil(5.0 * spo_costs(x, basis, deg, eps))  # v = ⌈5 · c⌉   [n, m]
+    caps = np.broadcast_to(np.asarray(capacity, dtype=float), (dim,)).copy()
+    oracle = ILP(num_items, A_ub=weights, b_ub=caps, sense="max", backend=backend)  # type: ignore[arg-type]
+    info = {"problem": "knapsack", "num_items": num_items, "dim": dim, "capacity": caps.tolist(),
+            "num_features": num_features, "deg": deg, "noise_width": noise_width, "seed": seed,
+            "item_weights": weights.tolist(), "basis": basis.tolist()}
+    return PTODataset(torch.from_numpy(x).float(), torch.from_numpy(values).float(), oracle, info=info)
