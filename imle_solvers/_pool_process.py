@@ -174,8 +174,9 @@ class ProcessFleet:
                 self._replace(w)
             if self._failed_starts >= 2 * self.size:
                 raise WorkerCrashedError(
-                    "pool workers die while starting (check that the package imports in a fresh "
-                    "interpreter, or use backend='thread')")
+                    "pool workers die while starting: a script that creates a process pool at import "
+                    "time needs the `if __name__ == '__main__':` guard; also check that your oracle's "
+                    "module imports in a fresh interpreter (or use backend='thread')")
             self.start()
 
     def close(self, grace: float = 1.0) -> None:

@@ -39,7 +39,8 @@ _BACKENDS = ("process", "thread", "serial", "dask")
 # A-priori fixed cost of one parallel call (dispatch, wake-up, gather), refined by measurement.
 _DEFAULT_OVERHEAD_S = {"process": 1.5e-3, "thread": 2e-4, "dask": 2e-2}
 _PIPE_BYTES_PER_S = 1e9  # process/dask: weights out + states back, per byte
-_TARGET_CHUNK_S = 5e-3  # a chunk should carry at least this much solving (amortises messages)
+_TARGET_CHUNK_S = 2e-2  # a chunk should carry at least this much solving (amortises round trips)
+_REMEASURE_EVERY = 32  # after this many calls on one path, take the other once to refresh its timing
 _EMA = 0.3  # weight of a new measurement in the running estimates
 
 
@@ -96,7 +97,8 @@ class _Entry:
     dask_future: Any = None
     serial_row_s: float | None = None  # in-process seconds per row (EMA)
     worker_row_s: float | None = None  # seconds per row inside a worker (EMA)
-    in_process_streak: int = 0  # consecutive in-process decisions taken by the cost model
+    streak: int = 0  # consecutive calls the cost model sent down the same path
+    last_mode: str = ""
 
 
 def _ema(old: float | None, new: float) -> float:
@@ -150,8 +152,8 @@ class SolverPool:
         rows solved in the caller or on threads are checked between rows (a running solve cannot be
         interrupted there).
     chunksize
-        Rows per chunk; default: sized from the measured solve time so that each worker gets several
-        chunks of at least ~5 ms of solving.
+        Rows per chunk; default: sized from the measured solve time, one to four chunks per worker of
+        at least ~20 ms of solving each.
     min_parallel_seconds
         Batches whose predicted serial solve time is below this are solved in the caller.
     fallback
@@ -429,8 +431,11 @@ class SolverPool:
             done = self._probe(oracle, weights, entry, parts, deadline)
         rest = n - done
         workers = self._n_workers()
-        row_s = entry.worker_row_s if entry.worker_row_s is not None else entry.serial_row_s
-        serial_row = entry.serial_row_s if entry.serial_row_s is not None else row_s
+        timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
+        # in-process per-row time: the lower of the caller's and the workers' (same code, one thread
+        # each); taking the lower one errs towards staying in-process
+        serial_row = min(timed) if timed else None
+        row_s = entry.worker_row_s if entry.worker_row_s is not None else serial_row
         if rest == 0:
             mode, reason, est_serial, est_parallel = "in-process", "all rows solved while timing", None, None
         elif not self.fallback:
@@ -452,7 +457,6 @@ class SolverPool:
             self._finish(plan_kw, "in-process", done, 0, 0, row_s, est_serial, est_parallel, reason, t0)
             return out
 
-        entry.in_process_streak = 0
         bounds = self._chunks(rest, row_s, workers, offset=done)
         if deadline is not None and time.perf_counter() > deadline:
             raise SolverTimeoutError(f"pool call exceeded timeout={self.timeout} s",
@@ -484,20 +488,28 @@ class SolverPool:
         if workers < 2 and self.backend != "dask":
             return "in-process", "one worker cannot beat the caller", est_serial, est_parallel
         if est_serial < self.min_parallel_seconds:
-            entry.in_process_streak += 1
             return ("in-process", f"predicted {est_serial * 1e3:.2f} ms < min_parallel_seconds="
                     f"{self.min_parallel_seconds * 1e3:.1f} ms", est_serial, est_parallel)
-        if est_parallel * self.min_speedup > est_serial:
-            entry.in_process_streak += 1
-            if entry.in_process_streak >= 32:  # re-measure now and then: loads and caches change
-                entry.in_process_streak = 0
-                return "parallel", "re-measuring the parallel path", est_serial, est_parallel
-            return ("in-process", f"predicted speed-up {est_serial / est_parallel:.2f}× < "
-                    f"min_speedup={self.min_speedup}", est_serial, est_parallel)
-        return ("parallel", f"predicted speed-up {est_serial / est_parallel:.2f}×", est_serial, est_parallel)
+        speedup = est_serial / est_parallel
+        if speedup >= self.min_speedup:
+            mode, reason = "parallel", f"predicted speed-up {speedup:.2f}×"
+        else:
+            mode, reason = "in-process", f"predicted speed-up {speedup:.2f}× < min_speedup={self.min_speedup}"
+        # loads and caches change: after a long run on one path, time the other path once
+        entry.streak = entry.streak + 1 if mode == entry.last_mode else 1
+        entry.last_mode = mode
+        if entry.streak >= _REMEASURE_EVERY:
+            entry.streak = 0
+            mode = "in-process" if mode == "parallel" else "parallel"
+            reason = f"re-measuring the {mode} path ({reason})"
+        return mode, reason, est_serial, est_parallel
 
     def _chunks(self, rows: int, row_s: float | None, workers: int, offset: int) -> list[tuple[int, int]]:
-        """Row ranges: ``chunksize`` if given, else ``W … 4W`` chunks of ≥ ~5 ms of solving each."""
+        """Row ranges: ``chunksize`` if given, else ``W … 4W`` chunks of ≥ ~20 ms of solving each.
+
+        One chunk per worker minimises round trips (each costs a wake-up on both sides, milliseconds on
+        a busy machine); up to four per worker balance solves of uneven length.
+        """
         if self.chunksize is not None:
             size = self.chunksize
         else:
@@ -508,15 +520,21 @@ class SolverPool:
 
     def _probe(self, oracle: MapOracle, weights: np.ndarray, entry: _Entry, parts: list[np.ndarray],
                deadline: float | None) -> int:
-        """Solve a few leading rows in the caller to time a new oracle; returns how many were solved."""
+        """Solve leading rows in the caller to time a new oracle; returns how many were solved.
+
+        Blocks of 2, 4, 8, … rows go through one ``solve_batch``-like call each (an oracle that batches
+        internally is timed as it will run), until ~2 ms were spent or a quarter of the batch is done;
+        the best block's time per row is the estimate (the first block pays for cold caches).
+        """
         n = weights.shape[0]
-        done, spent = 0, 0.0
-        while done < min(n, 8) and (done < 2 or spent < 2e-3):  # 2 … 8 rows, ~2 ms at least
+        done, spent, size, rate = 0, 0.0, 2, math.inf
+        while done < n and (done == 0 or (spent < 2e-3 and done < n // 4)):
+            k = min(size, n - done)
             t1 = time.perf_counter()
-            parts.append(self._in_process(oracle, weights[done:done + 1], done, deadline))
-            spent += time.perf_counter() - t1
-            done += 1
-        entry.serial_row_s = spent / done
+            parts.append(self._in_process(oracle, weights[done:done + k], done, deadline))
+            dt = time.perf_counter() - t1
+            spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
+        entry.serial_row_s = rate
         self._counts["probe_rows"] += done
         return done
 
@@ -525,9 +543,11 @@ class SolverPool:
         try:
             out, _ = solve_chunk(oracle, weights, start, "in-process", deadline)
         except ChunkError as err:
-            raise_failure(err.failure, live=err.original)
-            raise  # pragma: no cover - raise_failure always raises
-        return out
+            failed = err
+        else:
+            return out
+        raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _parallel(self, oracle: MapOracle, entry: _Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
                   timeout: float | None) -> np.ndarray:

@@ -93,11 +93,15 @@ class Killer(Enum):
 
 
 class Hang(Enum):
-    """Sleeps (practically forever) on the flagged row."""
+    """Sleeps on the flagged row (a minute by default: practically forever for a test)."""
+
+    def __init__(self, states: np.ndarray, seconds: float = 60.0) -> None:
+        super().__init__(states)
+        self.seconds = seconds
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         if weights[0] == FLAG:
-            time.sleep(60)
+            time.sleep(self.seconds)
         return super().solve(weights)
 
 

@@ -1,0 +1,193 @@
+"""``imle-solvers bench pool``: serial vs thread vs process pools, and the layer step vs its bare solves.
+
+All timings of a part are taken in one run, round-robin (one call of each variant per round, median
+over rounds), so that a load change on a shared machine hits every variant alike.
+
+Parts:
+
+* ``ilp`` — a 0/1 knapsack with two capacity rows on CP-SAT (``ILP(backend="cpsat")``, ≥ 1 ms per
+  solve), ``B·S = 64·4`` rows;
+* ``grid`` — ``GridShortestPath(12, 12)`` (SciPy Dijkstra, ~0.1–0.3 ms per row), ``B·S = 64·4`` rows;
+* ``layer`` — one I-MLE step (forward + backward = two pool calls of ``B·S`` rows) against the same
+  two batches solved bare (``oracle.solve_batch``) and through the pool alone.
+
+Goals (issue 4): process ≥ 1.8× serial on 2 cores for ``ilp``; ≥ 0.95× serial for ``grid`` (the
+pool falls back to in-process solving when parallelism does not pay); layer + pool overhead ≤ 10 %.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..imle import IMLE
+from ..noise import SumOfGamma
+from ..oracle import MapOracle
+from ..pool import SolverPool
+from ..target import PerturbedTarget
+
+__all__ = ["grid_instance", "ilp_instance", "run"]
+
+BATCH, SAMPLES = 64, 4
+
+
+def ilp_instance(seed: int = 0) -> MapOracle:
+    """A 12-item 0/1 knapsack with two capacity constraints on CP-SAT (one search worker per solve)."""
+    from ..ilp import ILP
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, 20, size=(2, 12))  # item sizes in two dimensions   [2, m]
+    return ILP(12, A_ub=a, b_ub=a.sum(1) // 3, sense="max", backend="cpsat")
+
+
+def grid_instance() -> MapOracle:
+    """``GridShortestPath(12, 12)`` with 8 neighbours (the Warcraft setting)."""
+    from ..adapters.graphs import GridShortestPath
+
+    return GridShortestPath(12, 12)
+
+
+def _weights(oracle: MapOracle, rows: int, seed: int) -> np.ndarray:
+    """Oracle-sense weights: knapsack values in [0, 10), or grid costs in [10, 20) (no negative cycle
+    after perturbation)."""
+    rng = np.random.default_rng(seed)
+    low = 0.0 if oracle.sense == "max" else 10.0
+    return rng.uniform(low, low + 10.0, size=(rows, oracle.n_vars))
+
+
+def _round_robin(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median seconds per call of each function, one call of each per round (after one warm-up)."""
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for fn in fns.values():
+        fn()
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+class _Recorder:
+    """A pool wrapper that keeps a copy of every batch the layer sends."""
+
+    def __init__(self, pool: SolverPool) -> None:
+        self.pool = pool
+        self.batches: list[np.ndarray] = []
+
+    def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
+        self.batches.append(weights.copy())
+        return self.pool.solve_batch(oracle, weights)
+
+
+def _backend_rows(part: str, oracle: MapOracle, weights: np.ndarray, pools: dict[str, SolverPool],
+                  rounds: int, goal: float) -> list[dict[str, Any]]:
+    fns: dict[str, Callable[[], Any]] = {"bare oracle.solve_batch": lambda: oracle.solve_batch(weights)}
+    rows: list[dict[str, Any]] = []
+    reference = oracle.solve_batch(weights)
+    for name, pool in list(pools.items()):  # let each pool time the oracle before the clock runs
+        try:
+            if not np.array_equal(pool.solve_batch(oracle, weights), reference):
+                raise AssertionError("states differ from oracle.solve_batch")
+        except Exception as exc:  # reported as a row, not hidden: e.g. an oracle that is not thread-safe
+            rows.append({"part": part, "variant": name, "rows": weights.shape[0], "ms": None,
+                         "per_row_ms": None, "vs_serial": None,
+                         "plan": f"error: {type(exc).__name__}: {str(exc)[:60]}", "goal": "", "met": ""})
+            pools = {k: v for k, v in pools.items() if k != name}
+            continue
+        fns[name] = (lambda p: lambda: p.solve_batch(oracle, weights))(pool)
+    plans: dict[str, str] = {}
+    medians = _round_robin(fns, rounds)
+    for name, pool in pools.items():
+        plan = pool.last_plan
+        plans[name] = "" if plan is None else f"{plan.mode} ({plan.chunks} chunks)" if plan.chunks else plan.mode
+    base = medians["bare oracle.solve_batch"]
+    for name, sec in medians.items():
+        speedup = base / sec
+        row: dict[str, Any] = {
+            "part": part, "variant": name, "rows": weights.shape[0], "ms": sec * 1e3,
+            "per_row_ms": sec * 1e3 / weights.shape[0], "vs_serial": speedup, "plan": plans.get(name, "-"),
+            "goal": "", "met": "",
+        }
+        if name == "process×2":
+            row["goal"] = f"≥ {goal}× serial"
+            row["met"] = "yes" if speedup >= goal else "no"
+        rows.append(row)
+    return rows
+
+
+def _layer_rows(part: str, oracle: MapOracle, pool: SolverPool, label: str, rounds: int,
+                noise_k: float) -> list[dict[str, Any]]:
+    gen = torch.Generator().manual_seed(0)
+    m = oracle.n_vars
+    weights = torch.from_numpy(_weights(oracle, BATCH, seed=7))  # oracle-sense weights   [B, m]
+    upstream = 0.05 * torch.randn(BATCH, SAMPLES, m, generator=gen, dtype=torch.float64)
+    recorder = _Recorder(pool)
+    layer = IMLE(oracle, SumOfGamma(k=noise_k), PerturbedTarget(10.0), samples=SAMPLES, pool=recorder,
+                 generator=gen)
+
+    def step() -> None:
+        w = weights.clone().requires_grad_(True)
+        (layer(w) * upstream).sum().backward()
+
+    step()
+    fwd, bwd = recorder.batches[-2:]  # the two batches of one step   [B·S, m] each
+    medians = _round_robin({
+        "step": step,
+        "bare": lambda: (oracle.solve_batch(fwd), oracle.solve_batch(bwd)),
+        "pool": lambda: (pool.solve_batch(oracle, fwd), pool.solve_batch(oracle, bwd)),
+    }, rounds)
+    over_pool = medians["step"] / medians["pool"] - 1.0
+    rows = [{
+        "part": part, "variant": f"I-MLE step, {label} (2 calls × {BATCH * SAMPLES} rows)",
+        "rows": 2 * BATCH * SAMPLES, "ms": medians["step"] * 1e3,
+        "per_row_ms": medians["step"] * 1e3 / (2 * BATCH * SAMPLES),
+        "vs_serial": medians["bare"] / medians["step"], "plan": f"pool alone {medians['pool'] * 1e3:.1f} ms",
+        "goal": "step ≤ 1.10× pool solves", "met": "yes" if over_pool <= 0.10 else "no",
+    }]
+    if pool.backend == "serial":
+        over_bare = medians["step"] / medians["bare"] - 1.0
+        rows[0]["goal"] = "step ≤ 1.10× bare solves"
+        rows[0]["met"] = "yes" if over_bare <= 0.10 else "no"
+        rows[0]["plan"] = f"bare {medians['bare'] * 1e3:.1f} ms (+{over_bare:.1%})"
+    else:
+        rows[0]["plan"] += f" (+{over_pool:.1%})"
+    return rows
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Run the three parts; returns one row per variant (``vs_serial`` = bare serial time / this time)."""
+    rounds = 3 if quick else 7
+    rows: list[dict[str, Any]] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the cores belong to the pool's workers (and torch ops here are small)
+    try:
+        rows = _run(quick, rounds)
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+def _run(quick: bool, rounds: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with SolverPool(2, "thread") as thread2, SolverPool(2, "process") as proc2, \
+            SolverPool(2, "process", fallback=False) as forced2, SolverPool(backend="serial") as serial:
+        proc2.start()
+        forced2.start()
+        pools = {"serial pool": serial, "thread×2": thread2, "process×2": proc2,
+                 "process×2, fallback=False": forced2}
+        ilp = ilp_instance()
+        ilp_rows = (16 if quick else BATCH) * SAMPLES
+        rows += _backend_rows("ilp", ilp, _weights(ilp, ilp_rows, seed=1), pools, max(2, rounds // 2), 1.8)
+        grid = grid_instance()
+        rows += _backend_rows("grid", grid, _weights(grid, BATCH * SAMPLES, seed=2), pools, rounds, 0.95)
+        if not quick:
+            rows += _layer_rows("layer/ilp", ilp, proc2, "process×2", max(2, rounds // 2), noise_k=4.0)
+        rows += _layer_rows("layer/grid", grid, proc2, "process×2", rounds, noise_k=12.0)
+        rows += _layer_rows("layer/grid", grid, serial, "serial pool", rounds, noise_k=12.0)
+    return rows
