@@ -281,7 +281,7 @@ class LinearForm:
             for digits in range(10):
                 mult = 10.0**digits
                 scaled = vals * mult
-                if np.allclose(scaled, np.rint(scaled), rtol=0, atol=1e-9 * max(1.0, mult)):
+                if np.allclose(scaled, np.rint(scaled), rtol=0, atol=1e-6):
                     break
             else:
                 raise ValueError(f"row {i} has coefficients that are not integers (nor decimals with ≤ 9 "

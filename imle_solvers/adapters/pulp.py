@@ -3,11 +3,12 @@
 What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortest path, see
 ``docs/_bench/adapters_ilp.md``):
 
-* ``problem.solve(PULP_CBC_CMD())`` writes the whole model as MPS from Python (about half of the
-  call), starts a ``cbc`` process and parses its solution file. :class:`PulpOracle` reads the
-  constraints **once**, keeps the MPS text of every column, and per call only writes the objective
-  coefficients into it; the CBC process is started once and kept (a *session*: commands over its
-  stdin, the solution read back through a named pipe), so no process is started per call.
+* ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python and writes it as MPS, starts a
+  ``cbc`` process and parses its solution file. :class:`PulpOracle` reads the constraints **once**,
+  keeps the MPS text of every column and per call only inserts the objective coefficients; what
+  remains is CBC's own cost (process start, reading the file, solving), which PuLP offers no way to
+  avoid: CBC has no in-process API in PuLP, and a long-lived interactive CBC process gives wrong
+  answers after the objective changes (it keeps the old incumbent).
 * ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. :class:`PulpOracle` builds the
   ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run``.
 * Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``).
@@ -20,7 +21,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -52,18 +52,18 @@ def _fmt(value: float) -> str:
 
 
 class _CbcEngine:
-    """CBC on a :class:`LinearForm`: MPS text kept per column, one long-lived ``cbc`` process.
+    """CBC on a :class:`LinearForm`: the MPS text of every column is kept, only ``OBJ`` entries change.
 
-    Only the ``OBJ`` entry of each column changes per call. With ``persistent=False`` (or where named
-    pipes do not exist) each call runs ``cbc model.mps … solution …`` as a new process instead.
+    Each call writes the model file and runs ``cbc model.mps [sec T] branch solution sol.txt``. A CBC
+    process kept alive between calls (its interactive mode) was tried and rejected: after a second
+    ``import`` CBC keeps the previous model's incumbent with its *old* objective value and prunes the
+    true optimum away (see ``tests/test_pulp.py::test_cbc_objective_changes_between_calls``).
     """
 
-    def __init__(self, form: LinearForm, time_limit: float | None, persistent: bool = True) -> None:
+    def __init__(self, form: LinearForm, time_limit: float | None) -> None:
         self.form = form
         self.time_limit = time_limit
-        self.persistent = persistent and hasattr(os, "mkfifo")
         self._head, self._columns, self._tail = self._mps_parts(form)
-        self._proc: subprocess.Popen[bytes] | None = None
         self._dir: str | None = None
         self._pid = -1
         self._lock = threading.Lock()
@@ -134,7 +134,6 @@ class _CbcEngine:
         parts.append(self._tail)
         return "".join(parts)
 
-    # -------------------------------------------------------------- the CBC process
     @staticmethod
     def binary() -> str:
         """The CBC executable: the one bundled with PuLP, else a ``cbc`` on the ``PATH`` (PuLP ≥ 4)."""
@@ -153,31 +152,24 @@ class _CbcEngine:
             _CBC_PATH = path
         return _CBC_PATH
 
-    def _start(self) -> None:
-        self.close()
-        self._dir = tempfile.mkdtemp(prefix="imle-cbc-")
-        self._pid = os.getpid()
-        if self.persistent:
-            os.mkfifo(os.path.join(self._dir, "solution"))
-            self._proc = subprocess.Popen(
-                [self.binary(), "-"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            setup = "log 0\n" + (f"sec {self.time_limit!r}\n" if self.time_limit is not None else "")
-            assert self._proc.stdin is not None
-            self._proc.stdin.write(setup.encode())
-            self._proc.stdin.flush()
-        self._finalizer = weakref.finalize(self, _close, self._proc, self._dir)
+    def _workdir(self) -> str:
+        """A scratch directory of this process (a forked or unpickled copy makes its own)."""
+        with self._lock:
+            if self._dir is None or self._pid != os.getpid():
+                self._dir = tempfile.mkdtemp(prefix="imle-cbc-")
+                self._pid = os.getpid()
+                self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
+            return self._dir
 
     def close(self) -> None:
-        """Stop the CBC process (if any) and remove its scratch directory."""
-        if self._finalizer is not None:
+        """Remove the scratch directory (also done when the engine is garbage-collected)."""
+        if self._finalizer is not None and self._pid == os.getpid():
             self._finalizer()
-        self._proc, self._dir, self._finalizer = None, None, None
+        self._dir, self._finalizer = None, None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_proc=None, _dir=None, _pid=-1, _finalizer=None, _lock=None)
+        state.update(_dir=None, _pid=-1, _finalizer=None, _lock=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -185,61 +177,30 @@ class _CbcEngine:
         self._lock = threading.Lock()
 
     def solve(self, costs: np.ndarray) -> Outcome:
-        text = self.mps(costs)
-        with self._lock:
-            if self._dir is None or self._pid != os.getpid() or (self._proc is not None
-                                                                 and self._proc.poll() is not None):
-                self._start()  # first call, or in a forked child, or after a crash
-            assert self._dir is not None
-            mps_path = os.path.join(self._dir, "model.mps")
-            with open(mps_path, "w") as fh:
-                fh.write(text)
-            raw = self._run_session(mps_path) if self.persistent else self._run_once(mps_path)
-        return self._parse(raw)
-
-    def _run_once(self, mps_path: str) -> str:
-        assert self._dir is not None
-        sol_path = os.path.join(self._dir, "solution.txt")
+        directory = self._workdir()
+        tag = threading.get_ident()  # threads of a pool solve side by side: one file pair each
+        mps_path = os.path.join(directory, f"model-{tag}.mps")
+        sol_path = os.path.join(directory, f"solution-{tag}.txt")
+        with open(mps_path, "w") as fh:
+            fh.write(self.mps(costs))
         args = [self.binary(), mps_path]
         if self.time_limit is not None:
-            args += ["sec", repr(self.time_limit)]
+            args += ["sec", repr(float(self.time_limit))]
         args += ["branch", "solution", sol_path]
-        subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        if not os.path.exists(sol_path):
-            raise ImleSolversError("CBC wrote no solution file (the process failed)")
-        with open(sol_path) as fh:
-            raw = fh.read()
-        os.remove(sol_path)
-        return raw
-
-    def _run_session(self, mps_path: str) -> str:
-        """Send ``import / branch / solution`` to the running CBC; read the solution from the pipe."""
-        assert self._proc is not None and self._proc.stdin is not None and self._dir is not None
-        fifo = os.path.join(self._dir, "solution")
-        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader exists before CBC opens it to write
+        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False)
         try:
-            self._proc.stdin.write(f"import {mps_path}\nbranch\nsolution {fifo}\n".encode())
-            self._proc.stdin.flush()
-            chunks: list[bytes] = []
-            import select
-
-            while True:
-                ready, _, _ = select.select([fd], [], [], 0.05)
-                if ready:
-                    data = os.read(fd, 1 << 16)
-                    if data:
-                        chunks.append(data)
-                        continue
-                    if chunks:  # writer closed after writing: the whole solution is in
-                        break
-                    time.sleep(5e-5)  # (non-Linux) EOF before the writer opened the pipe
-                if self._proc.poll() is not None:
-                    raise ImleSolversError(f"the CBC process exited with code {self._proc.returncode}")
-        except BrokenPipeError as exc:
-            raise ImleSolversError("the CBC process died") from exc
-        finally:
-            os.close(fd)
-        return b"".join(chunks).decode()
+            with open(sol_path) as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            return "error", None, "CBC wrote no solution file"
+        os.remove(sol_path)
+        outcome = self._parse(raw)
+        if outcome[0] == "infeasible" and costs.any():
+            # CBC may call an unbounded MIP "infeasible": a zero objective tells the two apart.
+            if self.solve(np.zeros_like(costs))[0] == "optimal":
+                return "unbounded", None, outcome[2]
+        return outcome
 
     @staticmethod
     def _parse(raw: str) -> Outcome:
@@ -272,19 +233,6 @@ class _CbcEngine:
         for j, v in values.items():
             x[j] = v
         return outcome, x, lines[0]
-
-
-def _close(proc: subprocess.Popen[bytes] | None, directory: str | None) -> None:
-    if proc is not None and proc.poll() is None:
-        try:
-            assert proc.stdin is not None
-            proc.stdin.close()
-            proc.wait(timeout=1.0)
-        except Exception:  # pragma: no cover - best effort
-            proc.kill()
-            proc.wait()
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 _BANNER_SHOWN = False
@@ -408,7 +356,12 @@ class _PulpEngine:
             x = np.array([v.varValue or 0.0 for v in self._vars], dtype=np.float64)
             return ("optimal" if sol == pulp.LpSolutionOptimal else "feasible"), x, ""  # type: ignore[attr-defined]
         if sol == pulp.LpSolutionInfeasible or problem.status == pulp.LpStatusInfeasible:  # type: ignore[attr-defined]
-            return "infeasible", None, ""
+            # Solvers (and PuLP's status mapping) often say "infeasible" for "infeasible or unbounded":
+            # with a zero objective a feasible model is solved to optimality, an infeasible one is not.
+            problem.setObjective(pulp.LpAffineExpression())  # type: ignore[attr-defined]
+            problem.solve(self.solver)
+            feasible = problem.sol_status == pulp.LpSolutionOptimal  # type: ignore[attr-defined]
+            return ("unbounded" if feasible else "infeasible"), None, ""
         if sol == pulp.LpSolutionUnbounded or problem.status == pulp.LpStatusUnbounded:  # type: ignore[attr-defined]
             return "unbounded", None, ""
         if problem.status == pulp.LpStatusNotSolved:  # type: ignore[attr-defined]
@@ -428,7 +381,7 @@ class PulpOracle(MapOracle):
         The ``m`` ``pulp.LpVariable`` s whose values form the state, in weight order. Other variables of
         the problem are auxiliary (objective coefficient 0).
     solver
-        ``"cbc"`` (default; PuLP's bundled CBC kept running in a session), ``"highs"`` (a ``highspy``
+        ``"cbc"`` (default; PuLP's bundled CBC, fed a model file per call), ``"highs"`` (a ``highspy``
         model kept in memory) or any PuLP solver object (used through ``problem.solve``).
     sense
         ``"min"`` or ``"max"``; default: the problem's own sense.
@@ -439,8 +392,6 @@ class PulpOracle(MapOracle):
         raises :class:`~imle_solvers.SolverTimeoutError`.
     expected_nonzeros
         ``⟨z, 1⟩`` if known; default: estimated from the constraints where possible.
-    persistent
-        For ``"cbc"``: keep one CBC process per oracle (default) instead of one process per call.
 
     Raises (from :meth:`solve`)
     ---------------------------
@@ -449,8 +400,8 @@ class PulpOracle(MapOracle):
 
     Notes
     -----
-    The oracle pickles without its process or ``highspy`` model; both are rebuilt on first use in
-    the receiving process (and a forked child starts its own CBC).
+    The oracle pickles without its ``highspy`` model or scratch directory; both are rebuilt on first
+    use in the receiving process.
 
     Examples
     --------
@@ -472,7 +423,6 @@ class PulpOracle(MapOracle):
         time_limit: float | None = None,
         strict: bool = False,
         expected_nonzeros: float | None = None,
-        persistent: bool = True,
     ) -> None:
         pulp = require("pulp", "pulp")
         form = LinearForm.from_pulp(problem, variables)
@@ -483,10 +433,10 @@ class PulpOracle(MapOracle):
             if not isinstance(solver, pulp.LpSolver):  # type: ignore[attr-defined]
                 raise TypeError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
             engine = _PulpEngine(problem, variables, solver)
-        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, persistent, engine)
+        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine)
 
     def _init(self, form: LinearForm, solver: Any, sense: str, time_limit: float | None, strict: bool,
-              expected_nonzeros: float | None, persistent: bool, engine: Any = None) -> None:
+              expected_nonzeros: float | None, engine: Any = None) -> None:
         if sense not in ("max", "min"):
             raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
         if time_limit is not None and not time_limit > 0:
@@ -494,7 +444,7 @@ class PulpOracle(MapOracle):
         if engine is None:
             if solver == "cbc":
                 require("pulp", "pulp")
-                engine = _CbcEngine(form, time_limit, persistent)
+                engine = _CbcEngine(form, time_limit)
             elif solver == "highs":
                 require("highspy", "pulp")
                 engine = _HighsEngine(form, time_limit)
@@ -513,14 +463,14 @@ class PulpOracle(MapOracle):
     @classmethod
     def from_linear_form(cls, form: LinearForm, solver: str = "cbc", sense: str = "min", *,
                          time_limit: float | None = None, strict: bool = False,
-                         expected_nonzeros: float | None = None, persistent: bool = True) -> PulpOracle:
+                         expected_nonzeros: float | None = None) -> PulpOracle:
         """An oracle on an already validated :class:`LinearForm` (used by :class:`~imle_solvers.ILP`)."""
         self = cls.__new__(cls)
-        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, persistent)
+        self._init(form, solver, sense, time_limit, strict, expected_nonzeros)
         return self
 
     def close(self) -> None:
-        """Stop a running CBC session now (it is also stopped when the oracle is garbage-collected)."""
+        """Remove CBC's scratch files now (also done when the oracle is garbage-collected)."""
         if isinstance(self._engine, _CbcEngine):
             self._engine.close()
 

@@ -1,0 +1,191 @@
+"""CPSATOracle: brute-force optimality within the documented resolution, model reuse, hints, pickling."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+
+from imle_solvers import ILP
+from imle_solvers.adapters import CPSATOracle
+from imle_solvers.errors import (
+    InfeasibleError,
+    InvalidWeightsError,
+    MissingExtraError,
+    SolverTimeoutError,
+)
+from tests._ilp_cases import SmallILP, independent_set, market_split, small_ilps
+
+
+def _exactly(k: int, m: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
+    model = cp_model.CpModel()
+    x = [model.new_bool_var(f"x{i}") for i in range(m)]
+    model.add(sum(x) == k)
+    return model, x
+
+
+@given(small_ilps(max_vars=6, max_ub=2), st.sampled_from(["min", "max"]))
+def test_matches_brute_force_within_resolution(ilp: SmallILP, sense: str) -> None:
+    oracle = ILP(ilp.m, sense=sense, backend="cpsat", **ilp.kwargs())  # type: ignore[arg-type]
+    if len(ilp.states) == 0:
+        with pytest.raises(InfeasibleError):
+            oracle.solve(ilp.w)
+        return
+    for w in (ilp.w, -ilp.w[::-1]):  # two objectives on the same model (the first one's state is hinted)
+        z = oracle.solve(w)
+        assert ilp.is_feasible(z)
+        tol = oracle.oracle.objective_tolerance(w)  # type: ignore[attr-defined]
+        best = ilp.optimum(w, sense)
+        value = float(z @ w)
+        # ⟨c, z*⟩ ≤ min ⟨c, z⟩ + max|c|·‖U‖₁/R   (costs c = w for "min", −w for "max")
+        assert (value - best if sense == "min" else best - value) <= tol + 1e-12
+        assert tol <= np.abs(w).max() * 2 * ilp.m / 2**20  # the default R = 2**20, U ≤ 2
+
+
+@given(small_ilps(max_vars=5, max_ub=1))
+def test_coarse_resolution_still_within_bound(ilp: SmallILP) -> None:
+    """With R = 3 the scaling really loses information; the proved bound must still hold."""
+    if len(ilp.states) == 0:
+        return
+    oracle = ILP(ilp.m, backend="cpsat", resolution=3, **ilp.kwargs())  # type: ignore[arg-type]
+    z = oracle.solve(ilp.w)
+    tol = np.abs(ilp.w).max() * ilp.m / 3  # max|c|·‖U‖₁/R with 0/1 variables
+    assert oracle.oracle.objective_tolerance(ilp.w) == pytest.approx(tol)  # type: ignore[attr-defined]
+    assert ilp.is_feasible(z)
+    assert float(z @ ilp.w) <= ilp.optimum(ilp.w) + tol + 1e-12
+
+
+def test_ties_and_tiny_differences() -> None:
+    model, x = _exactly(1, 3)
+    oracle = CPSATOracle(model, x, sense="max")
+    z = oracle.solve(np.array([1.0, 1.0, -5.0]))  # a tie: either of the first two
+    assert z[2] == 0 and z.sum() == 1
+    # differences above the resolution are resolved exactly
+    assert oracle.solve(np.array([1.0, 1.0 + 1e-4, 0.5])).tolist() == [0.0, 1.0, 0.0]
+
+
+def test_constructor_from_cp_model_with_auxiliary_variables() -> None:
+    model = cp_model.CpModel()
+    x = [model.new_bool_var(f"x{i}") for i in range(4)]
+    count = model.new_int_var(0, 4, "count")  # auxiliary, not part of the state
+    model.add(count == sum(x))
+    model.add(count >= 2)
+    model.minimize(sum(x))  # any objective of the model is discarded
+    oracle = CPSATOracle(model, x, sense="max")
+    assert oracle.n_vars == 4 and oracle.sense == "max"
+    np.testing.assert_array_equal(oracle.solve(np.array([-1.0, -2.0, -0.5, -3.0])), [1, 0, 1, 0])
+    np.testing.assert_array_equal(oracle.solve(np.array([1.0, 2.0, 0.5, 3.0])), [1, 1, 1, 1])
+    model.add(count <= 0)  # later edits of the user's model do not leak into the oracle
+    np.testing.assert_array_equal(oracle.solve(np.array([1.0, 2.0, 0.5, 3.0])), [1, 1, 1, 1])
+
+
+def test_model_built_once_and_previous_solution_hinted() -> None:
+    model, x = _exactly(2, 5)
+    oracle = CPSATOracle(model, x)
+    proto = oracle._proto
+    z1 = oracle.solve(np.array([3.0, -1.0, 2.0, -2.0, 0.0]))
+    np.testing.assert_array_equal(z1, [0, 1, 0, 1, 0])
+    assert oracle._proto is proto  # no rebuild, only the objective changed
+    assert len(proto.constraints) == 1
+    assert list(proto.solution_hint.values) == [0, 1, 0, 1, 0]
+    z2 = oracle.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
+    np.testing.assert_array_equal(z2, [1, 0, 1, 0, 0])
+    assert list(proto.solution_hint.values) == [1, 0, 1, 0, 0]
+    assert list(proto.objective.coeffs) == oracle.scaled_costs(np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
+
+
+def test_scaled_costs_resolution_and_zero_weights() -> None:
+    model, x = _exactly(1, 3)
+    oracle = CPSATOracle(model, x, sense="max", resolution=1000)
+    np.testing.assert_array_equal(oracle.scaled_costs(np.array([0.5, -1.0, 0.25])), [-500, 1000, -250])
+    np.testing.assert_array_equal(oracle.scaled_costs(np.zeros(3)), [0, 0, 0])
+    assert oracle.solve(np.zeros(3)).sum() == 1
+    big = cp_model.CpModel()
+    y = [big.new_int_var(0, 2**50, f"y{i}") for i in range(2)]
+    capped = CPSATOracle(big, y)
+    assert capped.resolution * capped.u_norm1 <= 2.0**60  # no int64 overflow in the objective
+
+
+def test_pickle_round_trip_before_and_after_solving() -> None:
+    model, x = _exactly(2, 4)
+    oracle = CPSATOracle(model, x, sense="max", time_limit=5.0)
+    w = np.array([0.3, -1.0, 2.0, 0.9])
+    fresh = pickle.loads(pickle.dumps(oracle))
+    np.testing.assert_array_equal(fresh.solve(w), [0, 0, 1, 1])
+    oracle.solve(-w)
+    again = pickle.loads(pickle.dumps(oracle))
+    assert again._proto is None  # rebuilt lazily
+    np.testing.assert_array_equal(again.solve(w), oracle.solve(w))
+    assert again.time_limit == 5.0 and again.sense == "max"
+
+
+def test_batch_errors_name_rows() -> None:
+    model, x = _exactly(1, 3)
+    oracle = CPSATOracle(model, x)
+    w = np.zeros((4, 3))
+    w[2, 1] = np.nan
+    with pytest.raises(InvalidWeightsError) as info:
+        oracle.solve_batch(w)
+    assert info.value.rows == (2,)
+    with pytest.raises(InvalidWeightsError, match="n_vars=3"):
+        oracle.solve_batch(np.zeros((2, 4)))
+    with pytest.raises(InvalidWeightsError):
+        oracle.solve(np.zeros(2))
+    infeasible, y = _exactly(4, 3)
+    with pytest.raises(InfeasibleError) as err:
+        CPSATOracle(infeasible, y).solve_batch(np.zeros((2, 3)))
+    assert err.value.rows == (0,)
+
+
+def test_bad_constructor_arguments() -> None:
+    model, x = _exactly(1, 3)
+    with pytest.raises(TypeError, match="not a variable"):
+        CPSATOracle(model, [x[0], ~x[1]])
+    with pytest.raises(ValueError, match="twice"):
+        CPSATOracle(model, [x[0], x[0]])
+    with pytest.raises(ValueError, match="at least one"):
+        CPSATOracle(model, [])
+    with pytest.raises(TypeError, match="CpModel"):
+        CPSATOracle("model", x)
+    with pytest.raises(ValueError, match="sense"):
+        CPSATOracle(model, x, sense="maximise")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="time_limit"):
+        CPSATOracle(model, x, time_limit=0)
+    with pytest.raises(ValueError, match="workers"):
+        CPSATOracle(model, x, workers=0)
+
+
+def test_time_limit_without_a_feasible_state_raises() -> None:
+    A, b = market_split()
+    oracle = ILP(A.shape[1], A_eq=A, b_eq=b, backend="cpsat", time_limit=0.01)
+    with pytest.raises(SolverTimeoutError, match="no feasible state"):
+        oracle.solve(np.ones(A.shape[1]))
+
+
+def test_time_limit_with_unproven_state_warns_or_raises() -> None:
+    A = independent_set()
+    n = A.shape[1]
+    lax = ILP(n, A_ub=A, b_ub=np.ones(len(A)), sense="max", backend="cpsat", time_limit=0.3)
+    with pytest.warns(RuntimeWarning, match="not proven optimal"):
+        z = lax.solve(np.ones(n))
+    assert z.sum() > 0 and (A @ z <= 1).all()  # a feasible, non-trivial state came back
+    strict = ILP(n, A_ub=A, b_ub=np.ones(len(A)), sense="max", backend="cpsat", time_limit=0.3, strict=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SolverTimeoutError, match="strict"):
+            strict.solve(np.ones(n))
+
+
+def test_missing_extra_names_cpsat(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = _exactly(1, 3)
+    monkeypatch.setitem(sys.modules, "ortools.sat.python.cp_model", None)  # import now fails
+    with pytest.raises(MissingExtraError, match=r"imle-solvers\[cpsat\]"):
+        CPSATOracle(model, x)
+    with pytest.raises(MissingExtraError, match=r"imle-solvers\[cpsat\]"):
+        ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cpsat")

@@ -1,0 +1,273 @@
+"""ILP declarations: back ends agree, PuLP import, validation, errors, time limits, gradients."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import numpy as np
+import pulp
+import pytest
+import scipy.sparse as sp
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imle_solvers import ILP, IMLE, NoNoise, hamming_loss
+from imle_solvers.adapters import CPSATOracle, PulpOracle
+from imle_solvers.errors import (
+    InfeasibleError,
+    InvalidWeightsError,
+    SolverTimeoutError,
+    UnboundedError,
+)
+from tests._ilp_cases import assignment, grid_flow, independent_set, market_split
+
+BACKENDS = ["cpsat", "cbc", "highs"]
+
+
+def _knapsack(rng: np.random.Generator, n: int) -> dict[str, object]:
+    weights = rng.integers(1, 10, size=n)
+    return {"A_ub": weights[None].astype(float), "b_ub": [float(weights.sum() // 2)], "sense": "max"}
+
+
+def _agree(kwargs: dict[str, object], m: int, w: np.ndarray) -> None:
+    """The three back ends reach the same optimal objective (states may differ on ties)."""
+    values = []
+    for backend in BACKENDS:
+        oracle = ILP(m, backend=backend, **kwargs)  # type: ignore[arg-type]
+        z = oracle.solve(w)
+        values.append(float(z @ w))
+    tol = 1e-6 + np.abs(w).max() * m / 2**20  # CP-SAT's documented scaling bound
+    assert max(values) - min(values) <= tol, values
+
+
+@settings(max_examples=8)
+@given(st.integers(0, 2**31), st.integers(3, 9))
+def test_backends_agree_on_knapsack(seed: int, n: int) -> None:
+    rng = np.random.default_rng(seed)
+    _agree(_knapsack(rng, n), n, rng.normal(size=n) + 0.5)
+
+
+@settings(max_examples=6)
+@given(st.integers(0, 2**31), st.integers(2, 4))
+def test_backends_agree_on_assignment(seed: int, n: int) -> None:
+    A, b = assignment(n)
+    rng = np.random.default_rng(seed)
+    _agree({"A_eq": A, "b_eq": b}, n * n, rng.normal(size=n * n))
+
+
+@settings(max_examples=6)
+@given(st.integers(0, 2**31), st.integers(2, 4), st.integers(2, 4))
+def test_backends_agree_on_shortest_path_flow(seed: int, h: int, w: int) -> None:
+    A, b, arcs = grid_flow(h, w)
+    costs = np.random.default_rng(seed).normal(size=len(arcs))  # negative costs too: a DAG, no cycles
+    _agree({"A_eq": A, "b_eq": b}, len(arcs), costs)
+
+
+def test_shortest_path_flow_is_a_path_and_matches_dynamic_programming() -> None:
+    A, b, arcs = grid_flow(4, 4)
+    rng = np.random.default_rng(3)
+    for backend in BACKENDS:
+        oracle = ILP(len(arcs), A_eq=sp.csr_matrix(A), b_eq=b, backend=backend)  # sparse input
+        for _ in range(3):
+            c = rng.normal(size=len(arcs))
+            z = oracle.solve(c)
+            dist = np.full(16, np.inf)
+            dist[0] = 0.0
+            for k, (u, v) in sorted(enumerate(arcs), key=lambda t: t[1][0]):  # topological order
+                dist[v] = min(dist[v], dist[u] + c[k])
+            assert z @ c == pytest.approx(dist[15], abs=1e-4)
+            np.testing.assert_allclose(A @ z, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_from_pulp_agrees_with_matrices(backend: str) -> None:
+    rng = np.random.default_rng(0)
+    A = rng.integers(0, 5, size=(3, 6)).astype(float)
+    b = A.sum(axis=1) // 2
+    prob = pulp.LpProblem("p", pulp.LpMinimize)
+    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(6)]
+    for i in range(3):
+        prob += pulp.lpSum(A[i, j] * x[j] for j in range(6)) <= b[i]
+    prob += pulp.lpSum(x) >= 2
+    from_pulp = ILP.from_pulp(prob, x, backend=backend)  # type: ignore[arg-type]
+    direct = ILP(6, A_ub=np.vstack([A, -np.ones((1, 6))]), b_ub=np.append(b, -2), backend=backend)  # type: ignore[arg-type]
+    assert from_pulp.sense == "min" and from_pulp.n_vars == 6
+    for _ in range(4):
+        w = rng.normal(size=6)
+        assert from_pulp.solve(w) @ w == pytest.approx(direct.solve(w) @ w, abs=1e-4)
+
+
+def test_from_pulp_takes_the_problem_sense_and_auxiliary_variables() -> None:
+    prob = pulp.LpProblem("p", pulp.LpMaximize)
+    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(3)]
+    t = pulp.LpVariable("t", lowBound=0, upBound=3, cat="Integer")  # auxiliary
+    prob += pulp.lpSum(x) == t
+    prob += t <= 2
+    for backend in BACKENDS:
+        oracle = ILP.from_pulp(prob, x, backend=backend)  # type: ignore[arg-type]
+        assert oracle.sense == "max" and oracle.n_vars == 3
+        assert oracle.solve(np.array([1.0, 2.0, 3.0])).tolist() == [0.0, 1.0, 1.0]
+        assert oracle.expected_nonzeros is None  # ⟨z, 1⟩ depends on the auxiliary t
+
+
+def test_expected_nonzeros() -> None:
+    A, b = assignment(3)
+    assert ILP(9, A_eq=A, b_eq=b).expected_nonzeros == 3.0  # rows partition the variables
+    assert ILP(4, A_eq=np.ones((1, 4)), b_eq=[2]).expected_nonzeros == 2.0
+    assert ILP(4, A_ub=np.ones((1, 4)), b_ub=[2]).expected_nonzeros is None  # ≤: not fixed
+    assert ILP(4, A_eq=[[1, 1, 0, 0]], b_eq=[1]).expected_nonzeros is None  # x2, x3 free
+    assert ILP(4, A_eq=[[2, 2, 2, 2]], b_eq=[2]).expected_nonzeros is None  # not a row of ones
+    assert ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], bounds=(0, 2)).expected_nonzeros is None  # not 0/1
+    assert ILP(3, A_eq=[[1, 1, 0]], b_eq=[1], bounds=([0, 0, 0], [1, 1, 0])).expected_nonzeros == 1.0
+    A_sp, b_sp, arcs = grid_flow(3, 3)
+    assert ILP(len(arcs), A_eq=A_sp, b_eq=b_sp, backend="highs").expected_nonzeros is None
+
+
+def test_bounds_forms_and_integrality_mask() -> None:
+    w = np.array([1.0, -1.0, -1.0])
+    pairs = ILP(3, bounds=[(0, 2), (-1, 3), (0, 1)], backend="cpsat")
+    assert pairs.solve(w).tolist() == [0.0, 3.0, 1.0]
+    arrays_ = ILP(3, bounds=(np.array([0, -1, 0]), np.array([2, 3, 1])), backend="highs")
+    assert arrays_.solve(w).tolist() == [0.0, 3.0, 1.0]
+    mixed = ILP(2, A_ub=[[2, 2]], b_ub=[3], integer=[True, False], sense="max", backend="highs")
+    np.testing.assert_allclose(mixed.solve(np.array([1.0, 1.0])), [1.0, 0.5])
+    lp = ILP(2, A_ub=[[2, 2]], b_ub=[3], integer=False, sense="max", backend="cbc")
+    assert lp.solve(np.array([1.0, 2.0])).tolist() == [0.5, 1.0]  # an LP vertex
+    rational = ILP(3, A_ub=[[0.5, 0.25, 1.5]], b_ub=[0.8], sense="max", backend="cpsat")  # scaled ×100
+    assert rational.solve(np.ones(3)).tolist() == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"c_size": 0}, "c_size"),
+        ({"c_size": 3, "A_ub": np.ones((2, 4)), "b_ub": np.ones(2)}, "A_ub has 4 columns"),
+        ({"c_size": 3, "A_ub": np.ones((2, 3)), "b_ub": np.ones(3)}, r"b_ub must have shape \(2,\)"),
+        ({"c_size": 3, "A_ub": np.ones((2, 3))}, "given together"),
+        ({"c_size": 3, "A_eq": np.ones((1, 3, 1)), "b_eq": [1]}, "2-D"),
+        ({"c_size": 3, "A_eq": [[1, np.nan, 1]], "b_eq": [1]}, "NaN"),
+        ({"c_size": 3, "A_eq": [[1, 1, 1]], "b_eq": [np.inf]}, "finite"),
+        ({"c_size": 3, "bounds": (0, 1, 2)}, "pair"),
+        ({"c_size": 3, "bounds": (np.zeros(2), 1)}, r"shape \(3,\)"),
+        ({"c_size": 3, "bounds": (2, 1)}, "lower > upper"),
+        ({"c_size": 3, "integer": [True, False]}, "mask"),
+        ({"c_size": 3, "sense": "maximize"}, "sense"),
+        ({"c_size": 3, "backend": "gurobi"}, "backend"),
+        ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
+        ({"c_size": 3, "integer": False, "backend": "cpsat"}, "continuous"),
+        ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
+        ({"c_size": 2, "A_ub": [[1 / 3, 1]], "b_ub": [1], "backend": "cpsat"}, "not integers"),
+    ],
+)
+def test_bad_declarations_raise_at_construction(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ILP(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_infeasible_and_batch_rows(backend: str) -> None:
+    oracle = ILP(3, A_eq=np.ones((1, 3)), b_eq=[5], backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(InfeasibleError) as err:
+        oracle.solve_batch(np.zeros((3, 3)))
+    assert err.value.rows == (0,)
+    fractional = ILP(2, A_eq=[[2, 2]], b_eq=[1], bounds=(0, 3), backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(InfeasibleError):
+        fractional.solve(np.ones(2))
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_unbounded(backend: str) -> None:
+    oracle = ILP(2, A_ub=[[1, -1]], b_ub=[1], bounds=(None, None), backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(UnboundedError):
+        oracle.solve(np.array([1.0, 0.0]))
+    assert oracle.solve(np.zeros(2)) @ np.zeros(2) == 0.0  # a zero objective is bounded
+    with pytest.raises(UnboundedError) as err:
+        oracle.solve_batch(np.array([[0.0, 0.0], [1.0, 0.0]]))
+    assert err.value.rows == (1,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weight_errors_name_rows(backend: str) -> None:
+    oracle = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend=backend)  # type: ignore[arg-type]
+    w = np.zeros((5, 3))
+    w[3, 0] = np.nan
+    w[1, 2] = np.inf
+    with pytest.raises(InvalidWeightsError) as err:
+        oracle.solve_batch(w)
+    assert err.value.rows == (1, 3)
+    with pytest.raises(InvalidWeightsError, match="n_vars=3"):
+        oracle.solve_batch(np.zeros((2, 4)))
+    with pytest.raises(InvalidWeightsError):
+        oracle.solve(np.zeros(4))
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/test_cpsat.py
+def test_time_limit_without_a_feasible_state(backend: str) -> None:
+    A, b = market_split()
+    oracle = ILP(A.shape[1], A_eq=A, b_eq=b, backend=backend, time_limit=0.01)  # type: ignore[arg-type]
+    with pytest.raises(SolverTimeoutError, match="no feasible state"):
+        oracle.solve(np.ones(A.shape[1]))
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_time_limit_with_unproven_state(backend: str) -> None:
+    A = independent_set()
+    n = A.shape[1]
+    kwargs = {"A_ub": A, "b_ub": np.ones(len(A)), "sense": "max", "backend": backend, "time_limit": 0.3}
+    with pytest.warns(RuntimeWarning, match="not proven optimal"):
+        z = ILP(n, **kwargs).solve(np.ones(n))  # type: ignore[arg-type]
+    assert (A @ z <= 1).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SolverTimeoutError, match="strict"):
+            ILP(n, strict=True, **kwargs).solve(np.ones(n))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickle_round_trip(backend: str) -> None:
+    A, b = assignment(3)
+    oracle = ILP(9, A_eq=A, b_eq=b, sense="max", backend=backend)  # type: ignore[arg-type]
+    w = np.random.default_rng(1).normal(size=9)
+    before = oracle.solve(w)
+    copy = pickle.loads(pickle.dumps(oracle))
+    assert isinstance(copy.oracle, CPSATOracle if backend == "cpsat" else PulpOracle)
+    np.testing.assert_array_equal(copy.solve(w), before)
+    assert copy.expected_nonzeros == 3.0 and copy.backend == backend
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_imle_forward_backward_on_a_batch(backend: str) -> None:
+    A, b = assignment(3)
+    oracle = ILP(9, A_eq=A, b_eq=b, sense="max", backend=backend)  # type: ignore[arg-type]
+    layer = IMLE(oracle, samples=2)
+    theta = torch.randn(4, 9, requires_grad=True)
+    z = layer(theta)  # [4, 2, 9]
+    assert z.shape == (4, 2, 9)
+    assert torch.all(z.sum(-1) == 3)
+    target = torch.eye(3).flatten().expand(4, 2, 9)
+    hamming_loss(z, target).backward()
+    assert theta.grad is not None and theta.grad.shape == (4, 9) and torch.isfinite(theta.grad).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sgd_reduces_hamming_loss_to_a_target(backend: str) -> None:
+    """A few SGD steps on θ move MAP(θ) onto a target assignment (paper, sec. 5 learning setup)."""
+    A, b = assignment(3)
+    oracle = ILP(9, A_eq=A, b_eq=b, sense="min", backend=backend)  # type: ignore[arg-type]
+    target = torch.tensor([0, 1, 0, 0, 0, 1, 1, 0, 0], dtype=torch.float64)  # a permutation
+    costs = torch.zeros(9, dtype=torch.float64)
+    costs[[0, 4, 8]] = -1.0  # the identity is optimal at the start
+    costs.requires_grad_(True)
+    layer = IMLE(oracle, noise=NoNoise())
+    optim = torch.optim.SGD([costs], lr=1.0)
+    losses = []
+    for _ in range(6):
+        optim.zero_grad()
+        loss = hamming_loss(layer(costs[None]), target[None])
+        loss.backward()
+        optim.step()
+        losses.append(float(loss.detach()))
+    final = float(hamming_loss(layer.eval()(costs[None]), target[None]).detach())
+    assert losses[0] > 0.5 and final == 0.0, (losses, final)

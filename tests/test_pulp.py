@@ -1,0 +1,163 @@
+"""PulpOracle: CBC (session and one-shot) and HiGHS against brute force; PuLP models, pickling, errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+
+import numpy as np
+import pulp
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imle_solvers import ILP
+from imle_solvers.adapters import PulpOracle
+from imle_solvers.adapters._linear import LinearForm
+from imle_solvers.errors import (
+    InfeasibleError,
+    InvalidWeightsError,
+    MissingExtraError,
+    UnboundedError,
+)
+from tests._ilp_cases import SmallILP, small_ilps
+
+
+def _check(oracle: ILP, ilp: SmallILP, sense: str) -> None:
+    if len(ilp.states) == 0:
+        with pytest.raises(InfeasibleError):
+            oracle.solve(ilp.w)
+        return
+    for w in (ilp.w, -ilp.w[::-1]):  # two objectives on the same oracle: nothing stale carries over
+        z = oracle.solve(w)
+        assert ilp.is_feasible(z)
+        assert float(z @ w) == pytest.approx(ilp.optimum(w, sense), abs=1e-6)  # ties: same objective
+
+
+@given(small_ilps(max_vars=6, max_ub=2), st.sampled_from(["min", "max"]))
+def test_highs_matches_brute_force(ilp: SmallILP, sense: str) -> None:
+    _check(ILP(ilp.m, sense=sense, backend="highs", **ilp.kwargs()), ilp, sense)  # type: ignore[arg-type]
+
+
+@settings(max_examples=20)
+@given(small_ilps(max_vars=6, max_ub=2), st.sampled_from(["min", "max"]))
+def test_cbc_matches_brute_force(ilp: SmallILP, sense: str) -> None:
+    _check(ILP(ilp.m, sense=sense, backend="cbc", **ilp.kwargs()), ilp, sense)  # type: ignore[arg-type]
+
+
+def test_cbc_objective_changes_between_calls() -> None:
+    """The same oracle, many objectives: each answer is the new optimum (a kept-alive interactive CBC
+    process fails this: it prunes with the previous call's incumbent)."""
+    feasible = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cbc")
+    infeasible = ILP(3, A_eq=np.ones((1, 3)), b_eq=[5], backend="cbc")
+    for w in ([1.0, -2.0, 0.5], [-1.0, 2.0, 0.5], [3.0, 2.0, -0.5], [3.0, -2.0, -0.5]):
+        z = feasible.solve(np.array(w))
+        assert z.tolist() == np.eye(3)[int(np.argmin(w))].tolist()
+    with pytest.raises(InfeasibleError):
+        infeasible.solve(np.zeros(3))
+    assert feasible.solve(np.array([2.0, 1.0, 0.0])).tolist() == [0.0, 0.0, 1.0]
+
+
+def test_cbc_scratch_directory_per_process_and_cleanup() -> None:
+    oracle = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max", backend="cbc")
+    assert oracle.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
+    engine = oracle.oracle._engine  # type: ignore[attr-defined]
+    directory = engine._dir
+    assert directory is not None and os.listdir(directory) == [f for f in os.listdir(directory)
+                                                                if f.endswith(".mps")]
+    copy = pickle.loads(pickle.dumps(oracle))
+    assert copy.oracle._engine._dir is None  # type: ignore[attr-defined]
+    assert copy.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert copy.oracle._engine._dir != directory  # type: ignore[attr-defined]
+    oracle.oracle.close()  # type: ignore[attr-defined]
+    assert not os.path.exists(directory)
+
+
+def test_mps_rows_of_every_kind() -> None:
+    """≥ rows and ranged rows (only PuLP models or hand-made forms have them) reach CBC correctly."""
+    import scipy.sparse as sp
+
+    A = sp.csr_matrix(np.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0],
+                                [1.0, 1.0, 1.0, 1.0]]))
+    form = LinearForm(4, A, row_lb=np.array([2.0, -np.inf, 1.0, -np.inf]),
+                      row_ub=np.array([2.0, 1.0, 2.0, np.inf]),  # =, ≤, range, free
+                      col_lb=np.zeros(4), col_ub=np.ones(4), integer=np.ones(4, bool),
+                      names=("a", "b", "c", "d"))
+    cbc = PulpOracle.from_linear_form(form, "cbc", "max")
+    highs = PulpOracle.from_linear_form(form, "highs", "max")
+    text = cbc._engine.mps(np.zeros(4))  # type: ignore[attr-defined]
+    assert "RANGES" in text and " E R0" in text and " L R1" in text and "R3" not in text
+    rng = np.random.default_rng(0)
+    states = np.array([[a, b, c, d] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)], float)
+    ok = (states[:, :3].sum(1) == 2) & (states[:, 0] + states[:, 3] <= 1) & \
+         (states[:, 1:].sum(1) >= 1) & (states[:, 1:].sum(1) <= 2)
+    for _ in range(5):
+        w = rng.normal(size=4)
+        best = (states[ok] @ w).max()
+        assert cbc.solve(w) @ w == pytest.approx(best)
+        assert highs.solve(w) @ w == pytest.approx(best)
+
+
+def _pulp_model() -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
+    """Pick at least two of four items, at most one of the first pair, via an auxiliary count."""
+    prob = pulp.LpProblem("choose", pulp.LpMaximize)
+    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(4)]
+    count = pulp.LpVariable("count", lowBound=0, upBound=4, cat="Continuous")
+    prob += pulp.lpSum(x) - count == 0
+    prob += count >= 2
+    prob += x[0] + x[1] <= 1
+    prob += 100 * x[0]  # an objective that the oracle must ignore
+    return prob, x
+
+
+@pytest.mark.parametrize("solver", ["cbc", "highs", "pulp-object"])
+def test_pulp_problem_with_auxiliary_variable(solver: str) -> None:
+    prob, x = _pulp_model()
+    chosen = pulp.HiGHS(msg=False) if solver == "pulp-object" else solver
+    oracle = PulpOracle(prob, x, solver=chosen)
+    assert oracle.sense == "max" and oracle.n_vars == 4
+    assert oracle.solve(np.array([-1.0, -2.0, -0.5, -3.0])).tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert oracle.solve(np.array([5.0, 4.0, -0.5, 1.0])).tolist() == [1.0, 0.0, 0.0, 1.0]
+    again = pickle.loads(pickle.dumps(oracle))
+    assert again.solve(np.array([1.0, 2.0, 3.0, 4.0])).tolist() == [0.0, 1.0, 1.0, 1.0]
+
+
+def test_pulp_object_reports_infeasible_and_unbounded() -> None:
+    prob = pulp.LpProblem("bad", pulp.LpMinimize)
+    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(2)]
+    prob += x[0] + x[1] >= 3
+    with pytest.raises(InfeasibleError):
+        PulpOracle(prob, x, solver=pulp.HiGHS(msg=False)).solve(np.zeros(2))
+    free = pulp.LpProblem("free", pulp.LpMinimize)
+    y = [pulp.LpVariable(f"y{i}", cat="Integer") for i in range(2)]
+    free += y[0] - y[1] <= 1
+    with pytest.raises(UnboundedError):
+        PulpOracle(free, y, solver=pulp.HiGHS(msg=False)).solve(np.array([1.0, 0.0]))
+
+
+def test_sense_override_and_validation() -> None:
+    prob, x = _pulp_model()
+    oracle = PulpOracle(prob, x, solver="highs", sense="min")
+    assert oracle.solve(np.array([-1.0, -2.0, -0.5, -3.0])).tolist() == [0.0, 1.0, 1.0, 1.0]
+    with pytest.raises(InvalidWeightsError):
+        oracle.solve(np.zeros(3))
+    with pytest.raises(InvalidWeightsError):
+        oracle.solve(np.array([0.0, np.nan, 0.0, 0.0]))
+    with pytest.raises(TypeError, match="solver"):
+        PulpOracle(prob, x, solver=42)
+    with pytest.raises(ValueError, match="solver"):
+        PulpOracle(prob, x, solver="gurobi")
+    with pytest.raises(ValueError, match="twice"):
+        PulpOracle(prob, [x[0], x[0]])
+    with pytest.raises(TypeError, match="LpVariable"):
+        PulpOracle(prob, [x[0], "x1"])
+    with pytest.raises(TypeError, match="LpProblem"):
+        PulpOracle("prob", x)
+
+
+@pytest.mark.parametrize(("module", "solver"), [("pulp", "cbc"), ("highspy", "highs")])
+def test_missing_extra_names_pulp(monkeypatch: pytest.MonkeyPatch, module: str, solver: str) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import now fails
+    with pytest.raises(MissingExtraError, match=r"imle-solvers\[pulp\]"):
+        ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend=solver)  # type: ignore[arg-type]
