@@ -62,7 +62,8 @@ def run(
         for seed in seeds:
             prob = make_problem(problem, n_train, n_test, seed, deg=deg, noise_width=noise_width, size=size)
             d = prob.defaults
-            options = {"samples": samples or d["samples"]}
+            options: dict[str, Any] = {"samples": samples or d["samples"]}
+            options.update({k: d[k] for k in ("bb_loss", "dpo_samples") if k in d})
             for name in methods:
                 torch.manual_seed(seed)
                 model = prob.model()
@@ -138,8 +139,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--method", nargs="+", default=["imle-mumu", "spo+", "two-stage"],
                         metavar="NAME", help=f"one or more of: {methods_help}; or 'all'")
     parser.add_argument("--epochs", type=int, default=None, help="default: 10")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 (70 for terrain)")
-    parser.add_argument("--lr", type=float, default=None, help="Adam learning rate (1e-2; 1e-3 terrain)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 32 (35 for terrain)")
+    parser.add_argument("--lr", type=float, default=None, help="Adam learning rate (1e-2; 5e-3 terrain)")
     parser.add_argument("--seed", "--seeds", dest="seeds", type=int, nargs="+", default=[0],
                         help="one or more seeds (data and initialisation)")
     parser.add_argument("--deg", type=int, default=1, help="polynomial degree of the cost model")

@@ -92,6 +92,8 @@ def build_method(
     lam: float = 10.0,
     sigma: float = 1.0,
     bb_lam: float = 20.0,
+    bb_loss: str = "regret",
+    dpo_samples: int | None = None,
 ) -> Method:
     """Build one of :data:`METHODS` for ``oracle``.
 
@@ -113,10 +115,18 @@ def build_method(
         σ of DPO and the Fenchel-Young loss.
     bb_lam
         λ of the blackbox method.
+    bb_loss
+        Loss behind the blackbox layer: ``"regret"`` (``ℓ_R``) or ``"hamming"`` (to ``z*``, as in
+        Vlastelica et al.'s Warcraft experiment).
+    dpo_samples
+        Perturbations of ``dpo`` and ``pfyl`` (default ``samples``).
     """
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
     sog = SumOfGamma() if noise is None else noise
+    if bb_loss not in ("regret", "hamming"):
+        raise ValueError(f"bb_loss must be 'regret' or 'hamming', got {bb_loss!r}")
+    m_samples = samples if dpo_samples is None else dpo_samples
     if name == "two-stage":
         mse = nn.MSELoss()
         return Method(name, lambda c_hat, b: _both(mse(c_hat, b[1]), c_hat), [], uses_solver=False)
@@ -124,10 +134,10 @@ def build_method(
         spo = SPOPlusLoss(oracle, pool=pool, reduction="none")
         return Method(name, lambda c_hat, b: _per(spo(c_hat, b[1], optimal=b[2])), [spo])
     if name == "pfyl":
-        fy = FenchelYoungLoss(oracle, sigma=sigma, samples=samples, pool=pool, reduction="none")
+        fy = FenchelYoungLoss(oracle, sigma=sigma, samples=m_samples, pool=pool, reduction="none")
         return Method(name, lambda c_hat, b: _per(fy(c_hat, b[2])), [fy])
     if name == "dpo":
-        dpo = PerturbedOptimizer(oracle, sigma=sigma, samples=samples, pool=pool)
+        dpo = PerturbedOptimizer(oracle, sigma=sigma, samples=m_samples, pool=pool)
 
         def dpo_loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
             y_hat = dpo(c_hat)  # E[MAP(θ + σZ)]   [B, m]
@@ -136,7 +146,7 @@ def build_method(
         return Method(name, dpo_loss, [dpo])
     if name == "dbb":
         layer: nn.Module = Blackbox(oracle, lam=bb_lam, pool=pool)
-        return Method(name, _summed(layer, 1, "regret", oracle), [layer])
+        return Method(name, _summed(layer, 1, bb_loss, oracle), [layer])
     target = {
         "imle": PerturbedTarget(lam),
         "aimle": AdaptiveTarget(),
@@ -186,7 +196,7 @@ METHODS: dict[str, str] = {
     "imle-mumu": "I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10",
     "imle-mm": "I-MLE M-M: optimal target (eq. 10) + Hamming loss (Fact 1), S=10",
     "aimle": "AI-MLE: adaptive target, S=10, regret loss",
-    "dbb": "Blackbox (DBB), λ=20, regret loss",
+    "dbb": "Blackbox (DBB), λ=20, regret loss (Hamming on terrain)",
     "dpo": "PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*",
     "pfyl": "perturbed Fenchel-Young loss, σ=1, S=10",
     "spo+": "SPO+ loss",
