@@ -420,3 +420,14 @@ def test_repr_and_stats() -> None:
     assert pool.stats["oracles"] == []
     pool.close()
     pool.close()  # idempotent
+
+
+@pytest.mark.slow
+def test_pool_benchmark_quick_run_produces_rows() -> None:
+    from imle_solvers.benchmarks import pool as bench
+
+    rows = bench.run(quick=True)
+    parts = {row["part"] for row in rows}
+    assert {"ilp", "grid", "layer/grid"} <= parts
+    grid = {row["variant"]: row for row in rows if row["part"] == "grid"}
+    assert grid["process×2"]["ms"] > 0 and grid["process×2"]["goal"]
