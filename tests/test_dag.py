@@ -109,3 +109,21 @@ def test_from_networkx_and_imle_layer() -> None:
     assert z.shape == (1, 3, 4)
     (z * torch.tensor([1.0, 2.0, 3.0, 4.0])).sum().backward()
     assert costs.grad is not None and costs.grad.shape == (1, 4)
+
+
+@given(st.integers(2, 5), st.integers(2, 5), st.integers(0, 2**31 - 1))
+def test_agrees_with_graphs_shortest_path(rows: int, cols: int, seed: int) -> None:
+    """Same optimal cost as the NetworkX-backed ``ShortestPath`` on the same DiGraph (negative costs too)."""
+    nx = pytest.importorskip("networkx")
+    from imle_solvers.adapters.graphs import ShortestPath
+
+    dag = DAGShortestPath.grid(rows, cols)
+    graph = nx.DiGraph(dag.edges)
+    reference = ShortestPath(graph, dag.source, dag.target)
+    order = [reference.edges.index(e) for e in dag.edges]  # our arc j is reference arc order[j]
+    w = np.random.default_rng(seed).normal(size=(5, dag.n_vars))
+    w_ref = np.empty_like(w)
+    w_ref[:, order] = w
+    ours = (dag.solve_batch(w) * w).sum(1)
+    theirs = (reference.solve_batch(w_ref) * w_ref).sum(1)
+    np.testing.assert_allclose(ours, theirs, atol=1e-9)
