@@ -88,10 +88,10 @@ def test_constructor_from_cp_model_with_auxiliary_variables() -> None:
 def test_model_built_once_and_previous_solution_hinted() -> None:
     model, x = _exactly(2, 5)
     oracle = CPSATOracle(model, x)
-    proto = oracle._proto
+    proto = oracle._state().proto
     z1 = oracle.solve(np.array([3.0, -1.0, 2.0, -2.0, 0.0]))
     np.testing.assert_array_equal(z1, [0, 1, 0, 1, 0])
-    assert oracle._proto is proto  # no rebuild, only the objective changed
+    assert oracle._state().proto is proto  # no rebuild, only the objective changed
     assert len(proto.constraints) == 1
     assert list(proto.solution_hint.values) == [0, 1, 0, 1, 0]
     z2 = oracle.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
@@ -120,9 +120,24 @@ def test_pickle_round_trip_before_and_after_solving() -> None:
     np.testing.assert_array_equal(fresh.solve(w), [0, 0, 1, 1])
     oracle.solve(-w)
     again = pickle.loads(pickle.dumps(oracle))
-    assert again._proto is None  # rebuilt lazily
+    assert again._base is None  # rebuilt lazily
     np.testing.assert_array_equal(again.solve(w), oracle.solve(w))
     assert again.time_limit == 5.0 and again.sense == "max"
+
+
+def test_threads_share_one_oracle() -> None:
+    """A thread pool solves on per-thread model copies: concurrent answers equal the serial ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    A, b = np.ones((1, 8)), [3.0]
+    oracle = ILP(8, A_eq=A, b_eq=b, sense="max", backend="cpsat")
+    weights = np.random.default_rng(0).normal(size=(40, 8))
+    serial = oracle.solve_batch(weights)
+    with ThreadPoolExecutor(4) as pool:
+        threaded = np.array(list(pool.map(oracle.solve, weights)))
+    np.testing.assert_array_equal(threaded, serial)
+    top3 = np.sort(np.argsort(-weights, axis=1)[:, :3], axis=1)
+    np.testing.assert_array_equal(np.sort(np.nonzero(serial)[1].reshape(-1, 3), axis=1), top3)
 
 
 def test_batch_errors_name_rows() -> None:

@@ -74,6 +74,19 @@ def test_cbc_scratch_directory_per_process_and_cleanup() -> None:
     assert not os.path.exists(directory)
 
 
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+def test_threads_share_one_oracle(solver: str) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    oracle = ILP(6, A_eq=np.ones((1, 6)), b_eq=[2], sense="max", backend=solver)  # type: ignore[arg-type]
+    weights = np.random.default_rng(1).normal(size=(12 if solver == "cbc" else 40, 6))
+    serial = oracle.solve_batch(weights)
+    with ThreadPoolExecutor(3) as pool:
+        threaded = np.array(list(pool.map(oracle.solve, weights)))
+    np.testing.assert_array_equal(threaded, serial)
+    np.testing.assert_array_equal(serial.sum(axis=1), 2.0)
+
+
 def test_mps_rows_of_every_kind() -> None:
     """≥ rows and ranged rows (only PuLP models or hand-made forms have them) reach CBC correctly."""
     import scipy.sparse as sp

@@ -7,6 +7,7 @@ documented, tested bound.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -66,8 +67,9 @@ class CPSATOracle(MapOracle):
     For 0/1 variables ``‖U‖₁ = m``: with the default ``R = 2**20`` and ``m = 40`` the gap is below
     ``4·10⁻⁵ · max|c|``. Equal weights stay equal after scaling, so ties are kept.
 
-    **Pickling.** The model travels as its text-format proto and is rebuilt lazily on first use, so
-    the oracle can be shipped to process-pool workers.
+    **Pickling and threads.** The model travels as its text-format proto and is rebuilt lazily on
+    first use, so the oracle can be shipped to process-pool workers. Each thread solves on its own
+    copy of the model, so one oracle can serve a thread pool.
 
     Examples
     --------
@@ -132,14 +134,18 @@ class CPSATOracle(MapOracle):
         cap = _MAX_OBJECTIVE / max(self.u_norm1, 1.0)
         self.resolution = float(min(resolution, cap))
         self._text: str | None = None
-        self._proto: Any = None
-        self._build(model)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._base: Any = self._make_base(model)
 
     # ------------------------------------------------------------------ model handling
-    def _build(self, source: Any) -> None:
-        """Copy ``source`` (a CpModel) into our own proto, clear its objective, set up hint + params."""
+    def _make_base(self, source: Any) -> Any:
+        """Our own copy of ``source`` (a CpModel or its text proto) with the objective over our variables.
+
+        The base model is never mutated after this; each thread solves on its own copy of it
+        (:meth:`_state`), so a thread pool can share one oracle.
+        """
         cp_model = require("ortools.sat.python.cp_model", "cpsat")
-        cmh = require("ortools.sat.python.cp_model_helper", "cpsat")
         own = cp_model.CpModel()  # type: ignore[attr-defined]
         proto = own.proto
         if isinstance(source, str):
@@ -152,41 +158,44 @@ class CPSATOracle(MapOracle):
         var_list = self._indices.tolist()
         proto.objective.vars.extend(var_list)  # objective over the weighted variables, coefficients per call
         proto.objective.coeffs.extend([0] * len(var_list))
-        params = cmh.SatParameters()  # type: ignore[attr-defined]
-        params.num_workers = self.workers
-        if self.time_limit is not None:
-            params.max_time_in_seconds = float(self.time_limit)
-        for key, value in self.parameters.items():
-            setattr(params, key, value)
-        self._model = own
-        self._proto = proto
-        self._params = params
-        self._wrapper_cls = cmh.SolveWrapper  # type: ignore[attr-defined]
-        self._status = cmh.CpSolverStatus  # type: ignore[attr-defined]
-        self._has_hint = False
+        return own
 
-    def _ensure(self) -> None:
-        if self._proto is None:
-            assert self._text is not None
-            self._build(self._text)
+    def _state(self) -> Any:
+        """This thread's model copy, parameters and hint flag (built on first use in the thread)."""
+        local = self._local
+        if getattr(local, "proto", None) is None:
+            cp_model = require("ortools.sat.python.cp_model", "cpsat")
+            cmh = require("ortools.sat.python.cp_model_helper", "cpsat")
+            with self._lock:
+                if self._base is None:  # unpickled: rebuild from the text proto, once
+                    assert self._text is not None
+                    self._base = self._make_base(self._text)
+                model = cp_model.CpModel()  # type: ignore[attr-defined]
+                model.proto.copy_from(self._base.proto)
+            params = cmh.SatParameters()  # type: ignore[attr-defined]
+            params.num_workers = self.workers
+            if self.time_limit is not None:
+                params.max_time_in_seconds = float(self.time_limit)
+            for key, value in self.parameters.items():
+                setattr(params, key, value)
+            local.model, local.proto, local.params, local.has_hint = model, model.proto, params, False
+            local.wrapper_cls = cmh.SolveWrapper  # type: ignore[attr-defined]
+            local.codes = cmh.CpSolverStatus  # type: ignore[attr-defined]
+        return local
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        if self._proto is not None:
-            # Constraints only: the objective and the hint are rewritten on every call anyway.
-            state["_text"] = self._constraints_text()
-        for key in ("_model", "_proto", "_params", "_wrapper_cls", "_status"):
-            state.pop(key, None)
-        state["_proto"] = None
+        if self._text is None and self._base is not None:
+            with self._lock:
+                self._text = str(self._base.proto)  # constraints + zero objective: what a worker needs
+            state["_text"] = self._text
+        state.update(_base=None, _lock=None, _local=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-
-    def _constraints_text(self) -> str:
-        if self._text is None:
-            self._text = str(self._proto)
-        return self._text
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     @classmethod
     def from_linear_form(cls, form: LinearForm, sense: Literal["max", "min"] = "min", **kwargs: Any
@@ -247,21 +256,20 @@ class CPSATOracle(MapOracle):
             raise InvalidWeightsError(f"CPSATOracle expects weights of shape ({self.n_vars},), got {w.shape}")
         if not np.isfinite(w).all():
             raise InvalidWeightsError("weights contain NaN or inf")
-        if self._proto is None:
-            self._ensure()
-        proto = self._proto
+        local = self._state()
+        proto = local.proto
         coeffs = proto.objective.coeffs
         coeffs.clear()
         coeffs.extend(self.scaled_costs(w).tolist())
-        wrapper = self._wrapper_cls()
-        wrapper.set_parameters(self._params)
+        wrapper = local.wrapper_cls()
+        wrapper.set_parameters(local.params)
         response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model
         status = response.status
-        codes = self._status
+        codes = local.codes
         if status == codes.OPTIMAL or status == codes.FEASIBLE:
             z = np.asarray(response.solution, dtype=np.float64)[self._indices]  # state   [m]
             if self.hint:
-                self._set_hint(z)
+                self._set_hint(local, z)
             if status == codes.FEASIBLE:
                 unproven("CPSATOracle", self.time_limit, self.strict)
             return z
@@ -272,11 +280,11 @@ class CPSATOracle(MapOracle):
                                      f"{self.time_limit} s")
         raise ImleSolversError(f"CP-SAT returned status {status!r}: {response.solution_info}")
 
-    def _set_hint(self, z: np.ndarray) -> None:
-        hint = self._proto.solution_hint
-        if not self._has_hint:
+    def _set_hint(self, local: Any, z: np.ndarray) -> None:
+        hint = local.proto.solution_hint
+        if not local.has_hint:
             hint.vars.extend(self._indices.tolist())
-            self._has_hint = True
+            local.has_hint = True
         hint.values.clear()
         hint.values.extend(z.astype(np.int64).tolist())
 

@@ -47,6 +47,12 @@ Outcome = tuple[str, np.ndarray | None, str]
 _CBC_PATH: str | None = None
 
 
+def scratch_root() -> str | None:
+    """Where CBC's model and solution files go: a RAM disk (``/dev/shm``) when there is one."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
 def _fmt(value: float) -> str:
     return repr(float(value))  # shortest exact round-trip representation
 
@@ -156,7 +162,7 @@ class _CbcEngine:
         """A scratch directory of this process (a forked or unpickled copy makes its own)."""
         with self._lock:
             if self._dir is None or self._pid != os.getpid():
-                self._dir = tempfile.mkdtemp(prefix="imle-cbc-")
+                self._dir = tempfile.mkdtemp(prefix="imle-cbc-", dir=scratch_root())
                 self._pid = os.getpid()
                 self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
             return self._dir
@@ -187,13 +193,15 @@ class _CbcEngine:
         if self.time_limit is not None:
             args += ["sec", repr(float(self.time_limit))]
         args += ["branch", "solution", sol_path]
-        subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       check=False)
         try:
+            subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=False)
             with open(sol_path) as fh:
                 raw = fh.read()
         except FileNotFoundError:
             return "error", None, "CBC wrote no solution file"
+        finally:
+            os.remove(mps_path)  # fresh files every call: rewriting one in place can force a disk flush
         os.remove(sol_path)
         outcome = self._parse(raw)
         if outcome[0] == "infeasible" and costs.any():
@@ -235,47 +243,32 @@ class _CbcEngine:
         return outcome, x, lines[0]
 
 
-_BANNER_SHOWN = False
-
-
 def _new_highs(highspy: Any) -> Any:
-    """A bare ``highspy`` model object; HiGHS's one-off start-up banner on stdout is swallowed."""
-    global _BANNER_SHOWN
+    """A bare ``highspy`` model: the C++ object without the Python wrapper's callbacks and banner."""
     core = getattr(highspy, "_core", None)
-    cls = getattr(core, "_Highs", None) or highspy.Highs  # the C++ object, without Python callbacks
-    if _BANNER_SHOWN:
-        return cls()
-    _BANNER_SHOWN = True
-    try:
-        import sys
-
-        sys.stdout.flush()
-        saved = os.dup(1)
-    except (OSError, ValueError):  # pragma: no cover - no real stdout
-        return cls()
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            return cls()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+    cls = getattr(core, "_Highs", None) or highspy.Highs
+    return cls()
 
 
 class _HighsEngine:
-    """A ``highspy`` model built once from a :class:`LinearForm`; per call ``changeColsCost`` + ``run``."""
+    """A ``highspy`` model built once (per thread) from a :class:`LinearForm`; per call
+    ``changeColsCost`` + ``run``. Threads of a pool each get their own model."""
 
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
         self.form = form
         self.time_limit = time_limit
-        self._h: Any = None
+        self._local = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_h"] = None
+        state["_local"] = None
         return state
 
-    def _build(self) -> None:
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def _build(self) -> Any:
         highspy = require("highspy", "pulp")
         form = self.form
         h = _new_highs(highspy)
@@ -283,8 +276,7 @@ class _HighsEngine:
         h.setOptionValue("threads", 1)
         if self.time_limit is not None:
             h.setOptionValue("time_limit", float(self.time_limit))
-        n = form.n_cols
-        h.addVars(n, form.col_lb, form.col_ub)
+        h.addVars(form.n_cols, form.col_lb, form.col_ub)
         if form.integer.any():
             cols = np.flatnonzero(form.integer).astype(np.int32)
             kinds = np.array([highspy.HighsVarType.kInteger] * cols.size)  # type: ignore[attr-defined]
@@ -295,12 +287,13 @@ class _HighsEngine:
                       A.indices.astype(np.int32), A.data)
         self._cols = np.arange(form.n_vars, dtype=np.int32)
         self._status = highspy.HighsModelStatus  # type: ignore[attr-defined]
-        self._h = h
+        self._local.h = h
+        return h
 
     def solve(self, costs: np.ndarray) -> Outcome:
-        if self._h is None:
-            self._build()
-        h = self._h
+        h = getattr(self._local, "h", None)
+        if h is None:
+            h = self._build()
         h.changeColsCost(self.form.n_vars, self._cols, costs)
         h.run()
         status = h.getModelStatus()
@@ -312,16 +305,15 @@ class _HighsEngine:
         if status == codes.kUnbounded:
             return "unbounded", None, ""
         if status == codes.kUnboundedOrInfeasible:
-            return self._infeasible_or_unbounded(costs), None, ""
+            return self._infeasible_or_unbounded(h, costs), None, ""
         if status == codes.kTimeLimit:
             if h.getInfo().primal_solution_status == 2:  # kSolutionStatusFeasible
                 return "feasible", np.asarray(h.getSolution().col_value), ""
             return "timeout", None, ""
         return "error", None, h.modelStatusToString(status)
 
-    def _infeasible_or_unbounded(self, costs: np.ndarray) -> str:
+    def _infeasible_or_unbounded(self, h: Any, costs: np.ndarray) -> str:
         """Tell them apart: with a zero objective a feasible model is optimal, an infeasible one is not."""
-        h = self._h
         h.changeColsCost(self.form.n_vars, self._cols, np.zeros_like(costs))
         h.run()
         feasible = h.getModelStatus() == self._status.kOptimal
