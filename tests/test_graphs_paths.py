@@ -140,7 +140,7 @@ def test_dag_paths_large_dag_uses_vectorised_dp_and_agrees_with_networkx() -> No
     rng = np.random.default_rng(3)
     graph = nx.DiGraph()  # layered: source, 4 layers of 12 nodes, target
     layers = [["s"], *[[(k, i) for i in range(12)] for k in range(4)], ["t"]]
-    graph.add_edges_from((u, v) for a, b in zip(layers, layers[1:]) for u in a for v in b)
+    graph.add_edges_from((u, v) for a, b in itertools.pairwise(layers) for u in a for v in b)
     oracle = ShortestPath(graph, "s", "t")
     assert oracle.is_dag and oracle._dag_vectorised
     for _ in range(5):
@@ -285,7 +285,7 @@ def test_pickle_round_trip_and_threads(make) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def grid_paths(h: int, w: int, nb: int) -> np.ndarray:
     """Cell indicators of every simple top-left → bottom-right path, ``(P, h·w)``."""
     graph = nx.grid_2d_graph(h, w)
@@ -312,7 +312,8 @@ def grid_negative_pair(h: int, w: int, nb: int, x: np.ndarray) -> bool:
 @st.composite
 def grid_cases(draw: st.DrawFn) -> tuple[int, int, int, np.ndarray]:
     nb = draw(st.sampled_from([4, 8]))
-    h, w = draw(st.sampled_from([(1, 1), (1, 4), (2, 2), (2, 3), (3, 2), (3, 3)] + ([(3, 4)] if nb == 4 else [])))
+    sizes = [(1, 1), (1, 4), (2, 2), (2, 3), (3, 2), (3, 3)] + ([(3, 4)] if nb == 4 else [])
+    h, w = draw(st.sampled_from(sizes))
     x = draw(weights_for(h * w, negative=True))
     return h, w, nb, x
 
@@ -366,8 +367,9 @@ def test_grid_agrees_with_networkx_on_12x12() -> None:
     states = oracle.solve_batch(x)
     for row, z in zip(x, states):
         cell = dict(zip(oracle.nodes, row))
-        length = nx.dijkstra_path_length(graph, (0, 0), (11, 11),
-                                         weight=lambda u, v, d: cell[u] / 2 + cell[v] / 2)
+        half = {(u, v): cell[u] / 2 + cell[v] / 2 for u, v in graph.edges}
+        nx.set_edge_attributes(graph, half, "cost")
+        length = nx.dijkstra_path_length(graph, (0, 0), (11, 11), weight="cost")
         assert z @ row == pytest.approx(length + (row[0] + row[-1]) / 2)
     assert oracle.expected_nonzeros == 12.0
 
