@@ -103,3 +103,49 @@ def test_same_seed_same_data_different_seed_different_basis() -> None:
     a, b, c = shortest_path(5, seed=11), shortest_path(5, seed=11), shortest_path(5, seed=12)
     close(a.costs, b.costs)
     assert a.info["basis"] != c.info["basis"]
+
+
+def test_knapsack_generator_and_labels() -> None:
+    pytest.importorskip("ortools")
+    from imle_solvers.data import knapsack
+
+    d = knapsack(12, num_features=4, num_items=8, dim=2, capacity=12.0, deg=2, noise_width=0.2, seed=5)
+    assert d.oracle.sense == "max" and d.oracle.n_vars == 8
+    w = np.array(d.info["item_weights"])
+    assert w.shape == (2, 8) and w.min() >= 3.0 and w.max() < 8.0
+    assert np.allclose(w * 100, np.round(w * 100))  # hundredths
+    basis = np.array(d.info["basis"], dtype=float)
+    x = d.features.double().numpy()
+    clean = 5 * ((x @ basis.T / 2.0 + 3) ** 2 + 1) / 3.5**2  # 5·[(Bx/√p + 3)^deg + 1]/3.5^deg
+    v = d.costs.double().numpy()
+    assert np.all(v == np.ceil(v))  # rounded up to integers
+    ratio = v / clean  # ⌈5cε⌉ / 5c lies in [1 − ē, 1 + ē + 1/(5c)]
+    assert ratio.min() >= 0.8 - 1e-6 and np.all(v - clean * 1.2 <= 1 + 1e-6)
+    # labels: feasible and optimal by brute force over all 2^8 subsets
+    subsets = np.array([[(i >> j) & 1 for j in range(8)] for i in range(256)], dtype=float)
+    feasible = subsets[(subsets @ w.T <= 12.0 + 1e-9).all(1)]
+    z = d.solutions.double().numpy()
+    assert np.all(z @ w.T <= 12.0 + 1e-9)
+    np.testing.assert_allclose(d.objectives.numpy(), (v @ feasible.T).max(1), rtol=1e-6)
+
+
+def test_terrain_maps() -> None:
+    from imle_solvers.data import terrain_maps
+    from imle_solvers.data.terrain import TERRAIN_COSTS
+
+    d = terrain_maps(6, size=5, seed=3, pixels=4)
+    assert d.features.shape == (6, 3, 20, 20) and d.costs.shape == (6, 25)
+    assert float(d.features.min()) >= 0 and float(d.features.max()) <= 1
+    types = d.info["types"]
+    np.testing.assert_allclose(d.costs.numpy(), TERRAIN_COSTS[types].reshape(6, 25), rtol=1e-6)
+    # the label is the cheapest 8-neighbour path: same cost as the oracle's own optimum, corners on it
+    z = d.solutions.numpy()
+    assert np.all(z[:, 0] == 1) and np.all(z[:, -1] == 1)
+    again = d.oracle.solve_batch(d.costs.double().numpy())
+    np.testing.assert_allclose((again * d.costs.double().numpy()).sum(1), d.objectives.numpy(), rtol=1e-6)
+    # each terrain type renders differently (mean colour per type differs)
+    img = d.features.numpy().reshape(6, 3, 5, 4, 5, 4).mean(axis=(3, 5))  # per-cell colour   [n, 3, K, K]
+    means = np.array([img.transpose(0, 2, 3, 1)[types == t].mean(0) for t in np.unique(types)])
+    assert len(np.unique(np.round(means, 2), axis=0)) == len(means)
+    with pytest.raises(ValueError, match="pixels"):
+        terrain_maps(2, pixels=3)

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..noise import SumOfGamma
+from ..noise import Gumbel, SumOfGamma
 from ..report import format_table
 from .loop import evaluate, train_model
 from .methods import METHODS, build_method
@@ -49,12 +49,14 @@ def run(
     size: int = 12,
     tau: float = 1.0,
     lam: float = 10.0,
+    noise: str = "sog",
 ) -> list[dict[str, Any]]:
     """Train every method on every seed; one result dict per (method, seed).
 
     Each seed generates its own data (data seed = ``seed``) and model initialisation
     (``torch.manual_seed(seed)``); all methods of a seed start from the same initial model.
-    ``tau`` is the temperature of the I-MLE methods' SumOfGamma noise, ``lam`` the PID target's λ.
+    ``noise`` (``"sog"``: SumOfGamma(κ = path length), or ``"gumbel"``) and its temperature ``tau`` are
+    the I-MLE methods' perturbation, ``lam`` the PID target's λ.
     """
     results = []
     pool = None
@@ -67,7 +69,7 @@ def run(
             prob = make_problem(problem, n_train, n_test, seed, deg=deg, noise_width=noise_width, size=size)
             d = prob.defaults
             options: dict[str, Any] = {"samples": samples or d["samples"], "lam": lam,
-                                       "noise": SumOfGamma(tau=tau)}
+                                       "noise": SumOfGamma(tau=tau) if noise == "sog" else Gumbel(tau)}
             options.update({k: d[k] for k in ("bb_loss", "dpo_samples") if k in d})
             for name in methods:
                 torch.manual_seed(seed)
@@ -154,7 +156,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--n-test", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=None, help="S of perturbation methods (10; 1 terrain)")
     parser.add_argument("--size", type=int, default=12, help="terrain grid size K")
-    parser.add_argument("--tau", type=float, default=1.0, help="temperature τ of the I-MLE SumOfGamma noise")
+    parser.add_argument("--noise", choices=["sog", "gumbel"], default="sog",
+                        help="I-MLE perturbation: SumOfGamma (κ from the oracle) or Gumbel")
+    parser.add_argument("--tau", type=float, default=1.0, help="temperature τ of the I-MLE noise")
     parser.add_argument("--lam", type=float, default=10.0, help="λ of the PID target (method imle)")
     parser.add_argument("--workers", type=int, default=0, help="solver pool processes (0: solve inline)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
@@ -170,6 +174,7 @@ def main(argv: Sequence[str]) -> int:
     results = run(
         args.problem, methods, args.seeds, args.epochs, args.batch_size, args.lr, args.n_train, args.n_test,
         args.deg, args.noise_width, args.samples, args.workers, not args.quiet, args.size, args.tau, args.lam,
+        args.noise,
     )
     rows = summarize(results)
     print(f"\n{args.problem}, deg {args.deg}, {len(args.seeds)} seed(s), "
