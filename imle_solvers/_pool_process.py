@@ -158,7 +158,8 @@ class ProcessFleet:
     def start(self) -> None:
         """Start missing workers (returns at once; they import in the background)."""
         for w in [w for w in self.workers if not w.process.is_alive()]:
-            self._discard(w)
+            self._discard(w)  # died between calls
+            self.restarts += 1
         while len(self.workers) < self.size:
             self._spawn()
 
@@ -301,10 +302,14 @@ class ProcessFleet:
                 for w in self.workers:  # dispatch: one chunk per idle, ready worker
                     if pending and w.ready and w.job is None and w.process.is_alive():
                         chunk = pending.popleft()
+                        try:
+                            self._send_oracle(w, token, blob)
+                            w.conn.send(("solve", call_id, chunk.chunk_id, token, chunk.start,
+                                         weights[chunk.start:chunk.stop]))
+                        except OSError:  # it died just now: its sentinel fires below
+                            pending.appendleft(chunk)
+                            continue
                         chunk.attempts += 1
-                        self._send_oracle(w, token, blob)
-                        w.conn.send(("solve", call_id, chunk.chunk_id, token, chunk.start,
-                                     weights[chunk.start:chunk.stop]))
                         w.job = (call_id, chunk)
                 wait_s = None if deadline is None else deadline - time.monotonic()
                 if wait_s is not None and wait_s <= 0:

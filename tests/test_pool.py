@@ -227,6 +227,17 @@ def test_worker_killed_twice_raises_crashed_then_next_call_works(fault_pool: Sol
     np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
 
 
+def test_worker_killed_between_calls_is_replaced(fault_pool: SolverPool) -> None:
+    victim = fault_pool.worker_pids()[0]
+    restarts = fault_pool.stats["worker_restarts"]
+    os.kill(victim, signal.SIGKILL)
+    assert wait_dead([victim])
+    w = batch(16)
+    np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+    assert victim not in fault_pool.worker_pids() and len(fault_pool.worker_pids()) == 2
+    assert fault_pool.stats["worker_restarts"] == restarts + 1
+
+
 def test_timeout_raises_kills_stuck_worker_and_recovers(fault_pool: SolverPool) -> None:
     fault_pool.timeout = 1.0
     try:
