@@ -293,3 +293,19 @@ def test_demo_command_prints_a_table(capsys) -> None:  # type: ignore[no-untyped
     assert "| method" in out and "final L (mean ± std)" in out
     for name in ("I-MLE SoG(5,1,10)", "I-MLE Gumbel(0,1)", "STE Gumbel(0,1)", "SFE exact"):
         assert name in out
+
+
+def test_compare_grid_counts_pointwise_wins() -> None:
+    result = run_toy(**TINY)  # type: ignore[arg-type]
+    cmp = topk_toy.compare_grid(result)
+    sog = {(g["lam"], g["eta"]): g for g in result.grid if g["key"] == "imle-sog"}
+    gum = {(g["lam"], g["eta"]): g for g in result.grid if g["key"] == "imle-gumbel"}
+    assert cmp["total"] == 4
+    assert cmp["wins"] == sum(sog[p]["mean"] < gum[p]["mean"] for p in sog)
+    assert cmp["std_wins"] == sum(sog[p]["std"] < gum[p]["std"] for p in sog)
+    assert cmp["mean_diff"] == pytest.approx(sum(sog[p]["mean"] - gum[p]["mean"] for p in sog) / 4)
+    assert topk_toy.compare_grid(result, "imle-gumbel", "imle-sog")["wins"] == 4 - cmp["wins"] - sum(
+        sog[p]["mean"] == gum[p]["mean"] for p in sog
+    )
+    with pytest.raises(ValueError):
+        topk_toy.compare_grid(result, "imle-sog", "ste-gumbel")

@@ -51,6 +51,7 @@ __all__ = [
     "ToyMethod",
     "ToyProblem",
     "ToyResult",
+    "compare_grid",
     "main",
     "plot",
     "result_table",
@@ -570,6 +571,29 @@ def summarize_instances(results: Sequence[ToyResult], reference: str = "ste-gumb
             row[f"beats {reference}"] = int((gaps[:, j] < gaps[:, ref]).sum()) if j != ref else None
         summary.append(row)
     return summary
+
+
+def compare_grid(result: ToyResult, first: str = "imle-sog", second: str = "imle-gumbel") -> dict[str, Any]:
+    """Compare two λ-methods point by point over the (λ, η) grid (the paper's SoG-vs-Gumbel heat-map).
+
+    Returns ``wins`` (grid points where ``first`` has the strictly lower mean final ``L``), ``total``,
+    ``mean_diff`` (mean of ``first − second``) and ``std_wins`` (points where ``first`` has the lower
+    standard deviation over the runs).
+    """
+    index = {(g["key"], g["lam"], g["eta"]): g for g in result.grid}
+    pairs = [
+        (g, index[(second, g["lam"], g["eta"])])
+        for g in result.grid
+        if g["key"] == first and (second, g["lam"], g["eta"]) in index
+    ]
+    if not pairs:
+        raise ValueError(f"no common grid points of {first!r} and {second!r} in this result")
+    return {
+        "wins": sum(a["mean"] < b["mean"] for a, b in pairs),
+        "total": len(pairs),
+        "mean_diff": sum(a["mean"] - b["mean"] for a, b in pairs) / len(pairs),
+        "std_wins": sum(a["std"] < b["std"] for a, b in pairs),
+    }
 
 
 def plot(result: ToyResult, path: str | Path) -> Path:
