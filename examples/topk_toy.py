@@ -25,20 +25,21 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--instances", type=int, default=0)
     parser.add_argument("--out", default="runs/topk_toy")
-    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--help", "-h", action="store_true")
     args, rest = parser.parse_known_args(argv)
     if args.help:
         print(__doc__)
         return topk_toy.main(["--help"])
-    status = topk_toy.main(["--out", args.out, "--runs", str(args.runs), *rest])
+    runs = [] if args.runs is None else ["--runs", str(args.runs)]
+    status = topk_toy.main(["--out", args.out, *runs, *rest])
     if status or args.instances <= 0:
         return status
 
     results = []
     for seed in range(args.instances):
         print(f"instance {seed + 1}/{args.instances} (seed {seed})", file=sys.stderr)
-        results.append(topk_toy.run_toy(runs=args.runs, seed=seed))
+        results.append(topk_toy.run_toy(runs=args.runs or 100, seed=seed))
     summary = topk_toy.summarize_instances(results)
     rows = [
         {**row, "mean gap": f"{row['mean gap']:.3f}", "median gap": f"{row['median gap']:.3f}",
