@@ -25,8 +25,12 @@ def progress(iterable: Iterable[T], desc: str = "", total: int | None = None, **
     **kwargs
         Passed to :class:`tqdm.tqdm` (e.g. ``leave=False``).
     """
+    import os
+
     from tqdm.auto import tqdm
 
+    if os.environ.get("CI") and not sys.stderr.isatty():
+        kwargs.setdefault("disable", True)
     kwargs.setdefault("dynamic_ncols", True)
     kwargs.setdefault("file", sys.stderr)
     return iter(tqdm(iterable, desc=desc, total=total, **kwargs))
