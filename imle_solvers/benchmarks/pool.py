@@ -1,13 +1,14 @@
 """``imle-solvers bench pool``: serial vs thread vs process pools, and the layer step vs its bare solves.
 
-All timings of a part are taken in one run, round-robin (one call of each variant per round, median
-over rounds), so that a load change on a shared machine hits every variant alike.
+All timings of a part are taken in one run, round-robin (one call of each variant per round, in a
+shuffled order; median over rounds), so that a load change on a shared machine hits every variant alike.
 
 Parts:
 
 * ``ilp`` — a 0/1 knapsack with two capacity rows on CP-SAT (``ILP(backend="cpsat")``, ≥ 1 ms per
   solve), ``B·S = 64·4`` rows;
 * ``grid`` — ``GridShortestPath(12, 12)`` (SciPy Dijkstra, ~0.1–0.3 ms per row), ``B·S = 64·4`` rows;
+* ``overhead`` — the process pool's fixed cost per call (a no-op oracle, 2 and 8 chunks);
 * ``layer`` — one I-MLE step (forward + backward = two pool calls of ``B·S`` rows) against the same
   two batches solved bare (``oracle.solve_batch``) and through the pool alone.
 
@@ -31,7 +32,7 @@ from ..oracle import MapOracle
 from ..pool import SolverPool
 from ..target import PerturbedTarget
 
-__all__ = ["grid_instance", "ilp_instance", "run"]
+__all__ = ["NoopOracle", "grid_instance", "ilp_instance", "run"]
 
 BATCH, SAMPLES = 64, 4
 
@@ -60,15 +61,30 @@ def _weights(oracle: MapOracle, rows: int, seed: int) -> np.ndarray:
     return rng.uniform(low, low + 10.0, size=(rows, oracle.n_vars))
 
 
+class NoopOracle(MapOracle):
+    """Returns zeros at once: what is left of a pool call is the pool's own cost (dispatch, pipes)."""
+
+    def __init__(self, n_vars: int) -> None:
+        self.n_vars = n_vars
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return np.zeros(self.n_vars)
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        return np.zeros(np.shape(weights))
+
+
 def _round_robin(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
-    """Median seconds per call of each function, one call of each per round (after one warm-up)."""
+    """Median seconds per call of each function, one call of each per round in a shuffled order."""
     times: dict[str, list[float]] = {name: [] for name in fns}
-    for fn in fns.values():
+    for fn in fns.values():  # warm-up
         fn()
+    order = np.random.default_rng(0)
+    names = list(fns)
     for _ in range(rounds):
-        for name, fn in fns.items():
+        for name in order.permutation(names):
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(ts) for name, ts in times.items()}
 
@@ -159,6 +175,24 @@ def _layer_rows(part: str, oracle: MapOracle, pool: SolverPool, label: str, roun
     }]
 
 
+def _overhead_rows(forced: SolverPool, rounds: int) -> list[dict[str, Any]]:
+    """The process pool's fixed cost per call: a no-op oracle on a 256 × 144 batch, 2 and 8 chunks."""
+    oracle = NoopOracle(144)
+    weights = _weights(oracle, BATCH * SAMPLES, seed=3)
+    rows = []
+    for chunks in (2, 8):
+        forced.chunksize = weights.shape[0] // chunks
+        try:
+            sec = _round_robin({"noop": lambda: forced.solve_batch(oracle, weights)}, rounds)["noop"]
+        finally:
+            forced.chunksize = None
+        rows.append({"part": "overhead", "variant": f"process×2, no-op oracle, {chunks} chunks",
+                     "rows": weights.shape[0], "ms": sec * 1e3, "per_row_ms": sec * 1e3 / weights.shape[0],
+                     "vs_serial": None, "plan": f"{2 * weights.nbytes / 1e6:.2f} MB through the pipes",
+                     "goal": "", "met": ""})
+    return rows
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Run the three parts; returns one row per variant (``vs_serial`` = bare serial time / this time)."""
     rows: list[dict[str, Any]] = []
@@ -185,6 +219,7 @@ def _run(quick: bool) -> list[dict[str, Any]]:
         rows += _backend_rows("ilp", ilp, _weights(ilp, ilp_rows, seed=1), pools, slow, 1.8)
         grid = grid_instance()
         rows += _backend_rows("grid", grid, _weights(grid, BATCH * SAMPLES, seed=2), pools, fast, 0.95)
+        rows += _overhead_rows(forced2, 3 * fast)
         if not quick:
             rows += _layer_rows("layer/ilp", ilp, proc2, "process×2", slow, SumOfGamma(k=4.0))
         rows += _layer_rows("layer/grid", grid, proc2, "process×2", fast, SumOfGamma(k=12.0))
