@@ -413,7 +413,8 @@ class SolverPool:
         deadline = None if self.timeout is None else t0 + self.timeout
         self._counts["calls"] += 1
         self._counts["rows"] += n
-        plan_kw: dict[str, Any] = {"backend": self.backend, "rows": n, "workers": self._n_workers()}
+        workers = self._n_workers()
+        plan_kw: dict[str, Any] = {"backend": self.backend, "rows": n, "workers": workers}
         if n == 0 or isinstance(oracle, TorchOracle) or self.backend == "serial":
             reason = ("empty batch" if n == 0 else "TorchOracle: solved in the caller (layers keep it on "
                       "its device)" if isinstance(oracle, TorchOracle) else "backend='serial'")
@@ -430,7 +431,6 @@ class SolverPool:
                 and not (self.timeout is not None and self.backend in ("process", "dask")):
             done = self._probe(oracle, weights, entry, parts, deadline)
         rest = n - done
-        workers = self._n_workers()
         timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
         # in-process per-row time: the lower of the caller's and the workers' (same code, one thread
         # each); taking the lower one errs towards staying in-process
