@@ -271,3 +271,23 @@ def test_sgd_reduces_hamming_loss_to_a_target(backend: str) -> None:
         losses.append(float(loss.detach()))
     final = float(hamming_loss(layer.eval()(costs[None]), target[None]).detach())
     assert losses[0] > 0.5 and final == 0.0, (losses, final)
+
+
+def test_adapters_page_snippets_run() -> None:
+    """Every code block of docs/adapters.md runs as printed, and prints what the page says."""
+    import contextlib
+    import io
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert len(blocks) >= 4
+    for block in blocks:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block, str(page), "exec"), {"__name__": "adapters_doc"})
+        for line in block.splitlines():  # "print(...)   # expected output" comments must match
+            if line.startswith("print(") and "# " in line:
+                expected = line.split("# ", 1)[1].replace(" twice", "")
+                assert expected in out.getvalue(), (expected, out.getvalue())

@@ -274,6 +274,7 @@ class _HighsEngine:
         h = _new_highs(highspy)
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", 1)
+        h.setOptionValue("mip_rel_gap", 0.0)  # optimal, not within HiGHS's default 0.01 % gap
         if self.time_limit is not None:
             h.setOptionValue("time_limit", float(self.time_limit))
         h.addVars(form.n_cols, form.col_lb, form.col_ub)
@@ -385,13 +386,12 @@ class PulpOracle(MapOracle):
     expected_nonzeros
         ``⟨z, 1⟩`` if known; default: estimated from the constraints where possible.
 
-    Raises (from :meth:`solve`)
-    ---------------------------
-    InfeasibleError, UnboundedError, SolverTimeoutError
-        Infeasible model, unbounded objective, time limit with no feasible state.
-
     Notes
     -----
+    :meth:`solve` raises :class:`~imle_solvers.InfeasibleError` (no feasible state),
+    :class:`~imle_solvers.UnboundedError` (objective unbounded for these weights) and
+    :class:`~imle_solvers.SolverTimeoutError` (time limit with no feasible state).
+
     The oracle pickles without its ``highspy`` model or scratch directory; both are rebuilt on first
     use in the receiving process.
 
