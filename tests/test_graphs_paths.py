@@ -136,6 +136,26 @@ def test_undirected_matches_brute_force(case, weights_on, negative, data) -> Non
     check_against_brute(oracle, graph, s, t, data.draw(weights_for(oracle.n_vars, negative)))
 
 
+@given(case=graph_cases("dag"), data=st.data())
+def test_dag_ties_first_in_arc_wins_in_both_dps(case, data) -> None:
+    graph, s, t = case
+    oracle = ShortestPath(graph, s, t)
+    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=oracle.n_vars,
+                                    max_size=oracle.n_vars)))  # ties everywhere
+    if oracle.is_dag:
+        cost = oracle._arc_costs(w)
+        assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
+
+
+def test_dag_tie_rule_on_a_diamond() -> None:
+    graph = nx.DiGraph([("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")])
+    oracle = ShortestPath(graph, "s", "t")
+    assert oracle.edges == [("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")]
+    assert oracle.solve(np.ones(4)).tolist() == [1.0, 0.0, 1.0, 0.0]  # (a, t) precedes (b, t)
+    oracle._dag_vectorised = True
+    assert oracle.solve(np.ones(4)).tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
 def test_dag_paths_large_dag_uses_vectorised_dp_and_agrees_with_networkx() -> None:
     rng = np.random.default_rng(3)
     graph = nx.DiGraph()  # layered: source, 4 layers of 12 nodes, target

@@ -1,0 +1,149 @@
+"""Graph adapters vs their bare solver calls, per call, measured in one run (issue 3, performance).
+
+Rows: ``adapter``, ``instance``, ``adapter_ms`` (the oracle's ``solve``, or ``solve_batch`` per row),
+``bare_ms`` (the library call alone on a graph built beforehand with its weights in place),
+``ratio = adapter_ms / bare_ms`` and, where the issue gives one, ``reference_ms``.
+
+Run alone::
+
+    .venv/bin/python -c "from imle_solvers.benchmarks import adapters_graphs as a; \\
+        from imle_solvers.report import format_table; print(format_table(a.run()))"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import csgraph
+
+from ..adapters.graphs import GridShortestPath, Matching, ShortestPath, SpanningTree
+from ..errors import require
+from . import time_per_call
+
+__all__ = ["run"]
+
+
+def _best(fn: Callable[[], Any], rounds: int, min_time: float) -> float:
+    """Smallest median-per-call over ``rounds`` (the least disturbed by other processes), in ms."""
+    return 1e3 * min(time_per_call(fn, repeat=3, min_time=min_time) for _ in range(rounds))
+
+
+def _row(adapter: str, instance: str, adapter_fn: Callable[[], Any], bare_fn: Callable[[], Any],
+         rounds: int, min_time: float, reference_ms: float | None = None, per: int = 1) -> dict[str, Any]:
+    a_ms = b_ms = np.inf
+    for _ in range(rounds):  # alternate adapter and bare so both see the same machine load
+        a_ms = min(a_ms, _best(adapter_fn, 1, min_time) / per)
+        b_ms = min(b_ms, _best(bare_fn, 1, min_time))
+    row: dict[str, Any] = {"adapter": adapter, "instance": instance, "adapter_ms": a_ms, "bare_ms": b_ms,
+                           "ratio": a_ms / b_ms}
+    row["reference_ms"] = reference_ms if reference_ms is not None else ""
+    return row
+
+
+def _king_graph(h: int, w: int) -> Any:
+    nx = require("networkx", "graphs")
+    graph = nx.grid_2d_graph(h, w)
+    graph.add_edges_from(((r, c), (r + 1, c + dc)) for r in range(h - 1) for c in range(w)
+                         for dc in (-1, 1) if 0 <= c + dc < w)
+    return graph
+
+
+def _grid_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
+    nx = require("networkx", "graphs")
+    rng = np.random.default_rng(0)
+    oracle = GridShortestPath(12, 12)
+    cells = rng.random(oracle.n_vars) + 0.1
+    batch = rng.random((64, oracle.n_vars)) + 0.1
+    # bare SciPy: the vertex-weighted grid as a directed graph (arc u → v costs w_v), prebuilt
+    tail, head = oracle._tail, oracle._head
+    matrix = sp.csr_matrix((cells[head], (tail, head)), shape=(oracle.n_vars, oracle.n_vars))
+
+    def bare_scipy() -> Any:
+        return csgraph.dijkstra(matrix, directed=True, indices=0, return_predecessors=True)
+
+    # bare NetworkX: the same directed graph with its arc weights set
+    graph = _king_graph(12, 12).to_directed()
+    nx.set_edge_attributes(graph, {(u, v): cells[v[0] * 12 + v[1]] for u, v in graph.edges}, "weight")
+
+    def bare_networkx() -> Any:
+        return nx.dijkstra_path(graph, (0, 0), (11, 11), weight="weight")
+
+    inst = "12×12 cells, 8-neighbour"
+    return [
+        _row("GridShortestPath.solve", f"{inst} vs scipy dijkstra", lambda: oracle.solve(cells), bare_scipy,
+             rounds, min_time, 0.11),
+        _row("GridShortestPath.solve_batch (per row, B=64)", f"{inst} vs scipy dijkstra",
+             lambda: oracle.solve_batch(batch), bare_scipy, rounds, min_time, 0.11, per=64),
+        _row("GridShortestPath.solve", f"{inst} vs networkx dijkstra", lambda: oracle.solve(cells),
+             bare_networkx, rounds, min_time, 0.75),
+    ]
+
+
+def _shortest_path_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
+    nx = require("networkx", "graphs")
+    rng = np.random.default_rng(1)
+    dag = nx.DiGraph()
+    for r in range(5):
+        for c in range(5):
+            if c + 1 < 5:
+                dag.add_edge((r, c), (r, c + 1))  # east
+            if r + 1 < 5:
+                dag.add_edge((r, c), (r + 1, c))  # north
+    oracle = ShortestPath(dag, (0, 0), (4, 4))
+    costs = rng.random(oracle.n_vars)
+    nx.set_edge_attributes(dag, dict(zip(oracle.edges, costs)), "weight")
+    rows = [
+        _row("ShortestPath (DAG DP)", "5×5 grid DAG (east/north arcs) vs networkx dijkstra",
+             lambda: oracle.solve(costs), lambda: nx.dijkstra_path(dag, (0, 0), (4, 4)), rounds, min_time),
+        _row("ShortestPath (DAG DP)", "5×5 grid DAG (east/north arcs) vs networkx bellman-ford",
+             lambda: oracle.solve(costs), lambda: nx.bellman_ford_path(dag, (0, 0), (4, 4)),
+             rounds, min_time),
+    ]
+    # a cyclic digraph: non-negative costs (Dijkstra) and costs c_uv + p_u − p_v (negative arcs,
+    # no negative cycle: Bellman-Ford)
+    graph = nx.gnp_random_graph(60, 0.08, seed=3, directed=True)
+    general = ShortestPath(graph, 0, 59)
+    pos = rng.random(general.n_vars)
+    pot = 3 * rng.random(60)
+    neg = pos + np.array([pot[u] - pot[v] for u, v in general.edges])
+    for name, w, bare in (("dijkstra", pos, nx.dijkstra_path), ("bellman-ford", neg, nx.bellman_ford_path)):
+        weighted = graph.copy()
+        nx.set_edge_attributes(weighted, dict(zip(general.edges, w)), "weight")
+        inst = f"gnp(60, 0.08) digraph, {general.n_vars} arcs"
+        rows.append(_row(f"ShortestPath ({name})", f"{inst} vs networkx",
+                         lambda w=w: general.solve(w), lambda g=weighted, b=bare: b(g, 0, 59),
+                         rounds, min_time))
+    return rows
+
+
+def _matching_tree_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
+    nx = require("networkx", "graphs")
+    rng = np.random.default_rng(2)
+    rows = []
+    for name, graph in (("K_12 (general)", nx.complete_graph(12)),
+                        ("K_8,8 (bipartite)", nx.complete_bipartite_graph(8, 8))):
+        oracle = Matching(graph)
+        w = rng.random(oracle.n_vars)
+        weighted = graph.copy()
+        nx.set_edge_attributes(weighted, dict(zip(oracle.edges, w)), "weight")
+        rows.append(_row("Matching", f"{name}, {oracle.n_vars} edges vs networkx max_weight_matching",
+                         lambda o=oracle, w=w: o.solve(w), lambda g=weighted: nx.max_weight_matching(g),
+                         rounds, min_time))
+    graph = nx.gnm_random_graph(100, 400, seed=4)
+    tree = SpanningTree(graph)
+    w = rng.normal(size=tree.n_vars)
+    weighted = graph.copy()
+    nx.set_edge_attributes(weighted, dict(zip(tree.edges, w)), "weight")
+    rows.append(_row("SpanningTree", "gnm(100, 400) vs networkx minimum_spanning_tree",
+                     lambda: tree.solve(w), lambda: nx.minimum_spanning_tree(weighted), rounds, min_time))
+    return rows
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Time every graph adapter against its bare solver call; returns one dict per row."""
+    rounds, min_time = (1, 0.05) if quick else (3, 0.2)
+    return [*_grid_rows(rounds, min_time), *_shortest_path_rows(rounds, min_time),
+            *_matching_tree_rows(rounds, min_time)]
