@@ -13,6 +13,7 @@ Run alone::
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ def _row(adapter: str, instance: str, adapter_fn: Callable[[], Any], bare_fn: Ca
 
 
 def _king_graph(h: int, w: int) -> Any:
-    nx = require("networkx", "graphs")
+    nx: Any = require("networkx", "graphs")
     graph = nx.grid_2d_graph(h, w)
     graph.add_edges_from(((r, c), (r + 1, c + dc)) for r in range(h - 1) for c in range(w)
                          for dc in (-1, 1) if 0 <= c + dc < w)
@@ -52,7 +53,7 @@ def _king_graph(h: int, w: int) -> Any:
 
 
 def _grid_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
-    nx = require("networkx", "graphs")
+    nx: Any = require("networkx", "graphs")
     rng = np.random.default_rng(0)
     oracle = GridShortestPath(12, 12)
     cells = rng.random(oracle.n_vars) + 0.1
@@ -83,7 +84,7 @@ def _grid_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
 
 
 def _shortest_path_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
-    nx = require("networkx", "graphs")
+    nx: Any = require("networkx", "graphs")
     rng = np.random.default_rng(1)
     dag = nx.DiGraph()
     for r in range(5):
@@ -114,13 +115,13 @@ def _shortest_path_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
         nx.set_edge_attributes(weighted, dict(zip(general.edges, w)), "weight")
         inst = f"gnp(60, 0.08) digraph, {general.n_vars} arcs"
         rows.append(_row(f"ShortestPath ({name})", f"{inst} vs networkx",
-                         lambda w=w: general.solve(w), lambda g=weighted, b=bare: b(g, 0, 59),
+                         partial(general.solve, w), partial(bare, weighted, 0, 59),
                          rounds, min_time))
     return rows
 
 
 def _matching_tree_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
-    nx = require("networkx", "graphs")
+    nx: Any = require("networkx", "graphs")
     rng = np.random.default_rng(2)
     rows = []
     for name, graph in (("K_12 (general)", nx.complete_graph(12)),
@@ -130,7 +131,7 @@ def _matching_tree_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
         weighted = graph.copy()
         nx.set_edge_attributes(weighted, dict(zip(oracle.edges, w)), "weight")
         rows.append(_row("Matching", f"{name}, {oracle.n_vars} edges vs networkx max_weight_matching",
-                         lambda o=oracle, w=w: o.solve(w), lambda g=weighted: nx.max_weight_matching(g),
+                         partial(oracle.solve, w), partial(nx.max_weight_matching, weighted),
                          rounds, min_time))
     graph = nx.gnm_random_graph(100, 400, seed=4)
     tree = SpanningTree(graph)
