@@ -36,6 +36,7 @@ from tests.test_pool_oracles import (
     Hang,
     Killer,
     Locked,
+    ThreadReport,
     k_subsets,
 )
 
@@ -122,6 +123,20 @@ def test_oracle_is_pickled_once_and_cached_in_workers(proc_pool: SolverPool) -> 
     proc_pool.forget(oracle)  # after a mutation: re-pickled
     proc_pool.solve_batch(oracle, batch(4))
     assert CountingPickles.pickled == 2
+
+
+def test_workers_run_one_thread_each(proc_pool: SolverPool) -> None:
+    with pytest.raises(ValueError, match=r"^threads:1,1(\n|$)"):
+        proc_pool.solve_batch(ThreadReport(STATES), batch(2))
+
+
+@pytest.mark.slow
+def test_spawn_start_method_works() -> None:
+    with SolverPool(2, "process", fallback=False, start_method="spawn") as pool:
+        w = batch(12)
+        np.testing.assert_array_equal(pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+        pids = pool.worker_pids()
+    assert wait_dead(pids)
 
 
 def test_bad_rows_fail_before_anything_is_shipped(proc_pool: SolverPool) -> None:

@@ -73,3 +73,13 @@ def test_client_passed_in_is_left_open(client: object) -> None:
     pool.solve_batch(Enum(STATES), batch(4))
     pool.close()
     assert client.status == "running"  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_pool_owned_local_cluster_is_closed_with_the_pool() -> None:
+    pool = SolverPool(2, backend="dask", fallback=False)
+    w = batch(9)
+    np.testing.assert_array_equal(pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+    client = pool._res.dask.client
+    pool.close()
+    assert client.status in ("closed", "closing")

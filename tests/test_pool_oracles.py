@@ -118,3 +118,12 @@ class BrokenUnpickle(Enum):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         raise RuntimeError("this oracle refuses to be rebuilt")
+
+
+class ThreadReport(Enum):
+    """Raises a ValueError whose message reports the worker's thread settings (OMP env, torch threads)."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        import torch
+
+        raise ValueError(f"threads:{os.environ.get('OMP_NUM_THREADS')},{torch.get_num_threads()}")
