@@ -19,6 +19,7 @@ NetworkX is imported lazily through :func:`imle_solvers.errors.require` (extra `
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Hashable, Sequence
 from typing import Any, Literal
@@ -45,7 +46,7 @@ Edge = tuple[Any, Any]
 _GRID_CHUNK = 16
 #: a DAG whose relevant part has at least this many arcs per topological level uses the
 #: level-vectorised numpy DP; smaller or deeper DAGs use the plain Python DP (less call overhead).
-_DAG_ARCS_PER_LEVEL = 48
+_DAG_ARCS_PER_LEVEL = 80
 
 
 def _networkx() -> Any:
@@ -78,7 +79,7 @@ class _GraphOracle(MapOracle):
         """Solve one ``(m,)`` instance (weights in :attr:`sense`); returns the ``(m,)`` 0/1 state."""
         w = weights
         fast = type(w) is np.ndarray and w.dtype == np.float64 and w.shape == (self.n_vars,)
-        if not (fast and np.isfinite(w.sum())):  # a finite sum ⇒ no NaN/inf: skip the full check
+        if not (fast and math.isfinite(w.dot(w))):  # finite ⟨w, w⟩ ⇒ no NaN/inf: skip the full check
             w = self.validate(weights)
             if w.ndim != 1:
                 raise InvalidWeightsError(f"solve takes one (m,) weight vector, got shape {w.shape}")
@@ -434,7 +435,8 @@ class GridShortestPath(_GraphOracle):
     :class:`NegativeCycleError`. Otherwise the potential ``h = w / 2`` (Johnson reweighting) turns the
     problem into an undirected graph with edge costs ``(w_u + w_v) / 2 ≥ 0`` whose paths cost
     ``path cost − (w_s + w_t) / 2``: Dijkstra on it (with the costs doubled, ``w_u + w_v``) is exact,
-    negative cell weights included.
+    negative cell weights included. (Rows without a negative cell take the cheaper direct form: arc
+    ``u → v`` costs ``w_v``.)
 
     *Speed.* The arc structure is built once; a call only fills the arc costs of a per-thread SciPy
     matrix and runs ``scipy.sparse.csgraph.dijkstra``. :meth:`solve_batch` stacks up to 16 rows into
@@ -493,21 +495,27 @@ class GridShortestPath(_GraphOracle):
         return [(nodes[a], nodes[b]) for a, b in zip(self._tail.tolist(), self._head.tolist()) if a < b]
 
     def _costs(self, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Arc costs ``w_u + w_v`` (twice the reweighted cost) in CSR order; raises on a negative cycle.
+        """Arc costs in CSR order, per row; raises :class:`NegativeCycleError` naming the bad rows.  [..., a]
 
-        Scaling every arc by 2 changes no shortest path, and saves a multiplication.   [..., a]
+        A row with no negative cell uses ``c(u → v) = w_v`` (entering a cell costs its weight; the
+        source's weight is a constant). A row with a negative cell uses the reweighted ``w_u + w_v``
+        (twice ``(w_u + w_v)/2``: scaling every arc by 2 changes no shortest path), and has a negative
+        cycle iff one of these is below 0. The choice depends on the row's weights only, so ``solve``
+        and every ``solve_batch`` row agree.
         """
-        if out is None:
-            cost = w[..., self._tail] + w[..., self._head]
-        else:  # one row into a preallocated buffer (the scratch matrix's data)
-            cost = np.take(w, self._tail, out=out)
-            cost += w[self._head]
-        if cost.size and float(cost.min()) < 0:
-            rows = np.flatnonzero((cost < 0).reshape(-1, cost.shape[-1]).any(axis=1)).tolist()
+        nonneg = w.min(axis=-1) >= 0  # [...]
+        if w.ndim == 1 and nonneg:
+            return np.take(w, self._head, out=out)  # c(u → v) = w_v   [a]
+        cost = np.take(w, self._tail, axis=-1, out=out)
+        cost += np.take(w, self._head, axis=-1)  # c(u → v) = w_u + w_v   [..., a]
+        negative = (cost.min(axis=-1) < 0) & ~nonneg
+        if negative.any():
             raise NegativeCycleError(
                 "two adjacent cells have weights summing below 0: a negative cycle (u → v → u)",
-                rows=rows if cost.ndim == 2 else None,
+                rows=np.flatnonzero(negative).tolist() if cost.ndim == 2 else None,
             )
+        if w.ndim == 2 and nonneg.any():
+            cost[nonneg] = w[nonneg][:, self._head]
         return cost
 
     def _solve(self, w: np.ndarray) -> np.ndarray:
@@ -522,12 +530,11 @@ class GridShortestPath(_GraphOracle):
             self._local.matrix = mat
         self._costs(w, out=mat.data)  # arc costs written in place   [a]
         _, pred_arr, _ = csgraph.dijkstra(mat, directed=True, indices=0, return_predecessors=True,
-                                          min_only=True)
-        pred = pred_arr.tolist()
+                                          min_only=True)  # min_only: the cheaper 1-D code path
         v = self.n_vars - 1
         path = [v]
         while v != 0:
-            v = pred[v]
+            v = pred_arr.item(v)
             path.append(v)
         state[path] = 1.0
         return state
