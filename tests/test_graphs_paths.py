@@ -370,7 +370,10 @@ def test_grid_batch_rows_equal_single_solves_ties_included(nb, data) -> None:
     oracle = GridShortestPath(4, 5, neighbourhood=nb)
     rows = data.draw(st.integers(1, 37))  # crosses the 16-row chunks
     seed = data.draw(st.integers(0, 2**16))
-    x = np.random.default_rng(seed).integers(0, 3, size=(rows, 20)).astype(np.float64)  # many ties
+    rng = np.random.default_rng(seed)
+    x = rng.integers(1, 3, size=(rows, 4, 5)).astype(np.float64)  # many ties
+    x[::2, ::2, ::2] = -1.0  # every other row has negative cells (never adjacent): reweighted costs
+    x = x.reshape(rows, 20)
     batch = oracle.solve_batch(x)
     np.testing.assert_array_equal(batch, np.array([oracle.solve(r) for r in x]))
 
