@@ -16,7 +16,7 @@ import pickle
 import signal
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -160,7 +160,7 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
     return out, time.perf_counter() - t0
 
 
-def raise_failure(failure: ChunkFailure, live: BaseException | None = None) -> None:
+def raise_failure(failure: ChunkFailure, live: BaseException | None = None) -> NoReturn:
     """Re-raise a failed row in the caller: the original type where possible, with ``.rows`` set.
 
     * library errors (:class:`~imle_solvers.errors.ImleSolversError`) get the global rows through

@@ -547,7 +547,6 @@ class SolverPool:
         else:
             return out
         raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def _parallel(self, oracle: MapOracle, entry: _Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
                   timeout: float | None) -> np.ndarray:
