@@ -21,9 +21,25 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import SolverTimeoutError, require
+from ..errors import InvalidWeightsError, SolverTimeoutError, require
 
-__all__ = ["LinearForm", "UnprovenSolutionWarning", "unproven"]
+__all__ = ["LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
+
+
+def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
+    """``(m,)`` float64 weights, or :class:`InvalidWeightsError` for a wrong shape or NaN/inf entries.
+
+    A finite sum proves every entry finite (NaN and ±inf propagate), so the element-wise test only runs
+    when the sum is not finite: one cheap reduction on the hot path of every solve.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n_vars,):
+        raise InvalidWeightsError(f"{owner} expects weights of shape ({n_vars},), got {w.shape}")
+    if not math.isfinite(w.sum()):
+        with np.errstate(over="ignore"):
+            if not np.isfinite(w).all():
+                raise InvalidWeightsError("weights contain NaN or inf")
+    return w
 
 
 class UnprovenSolutionWarning(RuntimeWarning):

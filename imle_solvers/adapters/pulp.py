@@ -30,13 +30,12 @@ import numpy as np
 from ..errors import (
     ImleSolversError,
     InfeasibleError,
-    InvalidWeightsError,
     SolverTimeoutError,
     UnboundedError,
     require,
 )
 from ..oracle import MapOracle
-from ._linear import LinearForm, unproven
+from ._linear import LinearForm, check_single, unproven
 
 __all__ = ["PulpOracle"]
 
@@ -450,6 +449,9 @@ class PulpOracle(MapOracle):
         self.time_limit = time_limit
         self.strict = bool(strict)
         self.form = form
+        self._integer = form.integer[: form.n_vars].copy()
+        self._all_integer = bool(self._integer.all())
+        self._some_integer = bool(self._integer.any())
         self._engine = engine
 
     @classmethod
@@ -468,20 +470,23 @@ class PulpOracle(MapOracle):
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         """Solve one ``(m,)`` instance (weights in :attr:`sense`)."""
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (self.n_vars,):
-            raise InvalidWeightsError(f"PulpOracle expects weights of shape ({self.n_vars},), got {w.shape}")
-        if not np.isfinite(w).all():
-            raise InvalidWeightsError("weights contain NaN or inf")
+        w = check_single(weights, self.n_vars, "PulpOracle")
         costs = w if self.sense == "min" else -w  # always minimise c   [m]
         outcome, x, detail = self._engine.solve(costs)
         name = f"PulpOracle({self.solver})"
         if outcome == "optimal" or outcome == "feasible":
             assert x is not None
-            z = np.zeros(self.n_vars)
-            k = min(self.n_vars, x.size)
-            z[:k] = x[:k]
-            z = np.where(self.form.integer[: self.n_vars], np.rint(z), z) + 0.0  # snap integers, no −0
+            n = self.n_vars
+            if x.size >= n:
+                z = x[:n].copy()
+            else:  # CBC lists only the non-zero columns up to the last one
+                z = np.zeros(n)
+                z[: x.size] = x
+            if self._all_integer:
+                np.rint(z, out=z)  # snap solver noise off integers
+            elif self._some_integer:
+                z[self._integer] = np.rint(z[self._integer])
+            z += 0.0  # no −0.0
             if outcome == "feasible":
                 unproven(name, self.time_limit, self.strict)
             return z

@@ -56,23 +56,26 @@ def grid_flow(height: int = 5, width: int = 5) -> tuple[np.ndarray, np.ndarray, 
     return A, b, arcs
 
 
-def _paired(fns: list[Callable[[], Any]], rounds: int, min_time: float) -> list[float]:
-    """Seconds per call of each ``fn``: the fastest of interleaved rounds (same load for all; the minimum
-    is the least load-sensitive estimate on a shared machine)."""
-    numbers = []
-    for fn in fns:
-        fn()  # warm-up
-        start = time.perf_counter()
+def _alternating(fns: list[Callable[[], Any]], budget_s: float) -> list[float]:
+    """Median seconds per call of each ``fn``, calling them in turn (one call each, repeatedly).
+
+    Alternating single calls puts every function under the same machine load, so their ratio is
+    meaningful on a shared machine; the median drops the spikes.
+    """
+    start = time.perf_counter()
+    for fn in fns:  # warm-up
         fn()
-        numbers.append(max(1, int(min_time / max(time.perf_counter() - start, 1e-7))))
-    samples: list[list[float]] = [[] for _ in fns]
-    for _ in range(rounds):
+        fn()
+    per_round = max((time.perf_counter() - start) / 2, 1e-6)
+    rounds = int(min(2000, max(15, budget_s / per_round)))
+    samples = np.empty((rounds, len(fns)))
+    clock = time.perf_counter
+    for r in range(rounds):
         for k, fn in enumerate(fns):
-            start = time.perf_counter()
-            for _ in range(numbers[k]):
-                fn()
-            samples[k].append((time.perf_counter() - start) / numbers[k])
-    return [float(np.min(s)) for s in samples]
+            t0 = clock()
+            fn()
+            samples[r, k] = clock() - t0
+    return [float(v) for v in np.median(samples, axis=0)]
 
 
 def _cycle(weights: np.ndarray) -> Callable[[], np.ndarray]:
@@ -145,7 +148,7 @@ def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
               scratch: str) -> dict[str, Callable[[], Any]]:
     import pulp
 
-    from ..adapters.pulp import _CbcEngine, _new_highs
+    from ..adapters.pulp import _CbcEngine, _HighsEngine
     from ..ilp import ILP
 
     ilp = ILP(A.shape[1], A_eq=A, b_eq=b, backend=name)  # type: ignore[arg-type]
@@ -191,18 +194,9 @@ def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
             os.remove(sol)  # as the adapter does: a fresh file each call
             return text
     else:
-        import highspy
-
         form = oracle.form
-        h = _new_highs(highspy)
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.addVars(form.n_cols, form.col_lb, form.col_ub)
+        h = _HighsEngine(form, None)._build()  # a second model with the adapter's exact options
         cols = np.arange(form.n_cols, dtype=np.int32)
-        h.changeColsIntegrality(form.n_cols, cols, np.array([highspy.HighsVarType.kInteger] * form.n_cols))
-        M = form.A
-        h.addRows(form.n_rows, form.row_lb, form.row_ub, M.nnz, M.indptr[:-1].astype(np.int32),
-                  M.indices.astype(np.int32), M.data)
 
         def bare() -> Any:
             h.changeColsCost(form.n_cols, cols, nxt())
@@ -219,7 +213,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     weights = rng.uniform(0.1, 1.0, size=(64, len(arcs)))
     instance = f"5x5 grid shortest path, flow ILP ({len(arcs)} arcs E/S)"
-    rounds, min_time = (3, 0.05) if quick else (7, 0.3)
+    budget = 0.5 if quick else 4.0  # seconds of alternating calls per back end
     rows: list[dict[str, Any]] = []
     from ..adapters.pulp import scratch_root
 
@@ -228,7 +222,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         for name, label in labels:
             fns = _cpsat_fns(A, b, weights) if name == "cpsat" else _pulp_fns(name, A, b, weights, scratch)
             keys = [k for k in ("adapter", "bare", "rebuild", "objective_only") if k in fns]
-            times = dict(zip(keys, _paired([fns[k] for k in keys], rounds, min_time)))
+            times = dict(zip(keys, _alternating([fns[k] for k in keys], budget)))
             ms = {k: v * 1e3 for k, v in times.items()}
             rows.append({"adapter": label, "instance": instance, "adapter_ms": ms["adapter"],
                          "bare_ms": ms["bare"], "ratio": ms["adapter"] / ms["bare"], "reference_ms": ""})
