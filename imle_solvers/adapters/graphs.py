@@ -309,7 +309,7 @@ class ShortestPath(_GraphOracle):
                 shape=(self._n, self._n),
             )
             self._local.matrix = mat
-        np.take(cost, self._perm, out=mat.data)  # CSR order; explicit zeros stay arcs for csgraph
+        np.take(cost, self._perm, out=mat.data, mode="clip")  # CSR order (clip: unbuffered; ids valid)
         return mat
 
     def _scipy_path(self, cost: np.ndarray) -> list[int]:
@@ -505,8 +505,8 @@ class GridShortestPath(_GraphOracle):
         """
         nonneg = w.min(axis=-1) >= 0  # [...]
         if w.ndim == 1 and nonneg:
-            return np.take(w, self._head, out=out)  # c(u → v) = w_v   [a]
-        cost = np.take(w, self._tail, axis=-1, out=out)
+            return np.take(w, self._head, out=out, mode="clip")  # c(u → v) = w_v   [a]
+        cost = np.take(w, self._tail, axis=-1, out=out, mode="clip")  # clip: unbuffered
         cost += np.take(w, self._head, axis=-1)  # c(u → v) = w_u + w_v   [..., a]
         negative = (cost.min(axis=-1) < 0) & ~nonneg
         if negative.any():
