@@ -145,6 +145,34 @@ def test_dag_ties_first_in_arc_wins_in_both_dps(case, data) -> None:
     if oracle.is_dag:
         cost = oracle._arc_costs(w)
         assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
+        rows = np.stack([w, 1.0 - w, w, np.zeros_like(w)])  # the batched DP: same states, row by row
+        np.testing.assert_array_equal(oracle._dag_states_numpy(oracle._arc_costs(rows)),
+                                      [oracle.solve(r) for r in rows])
+        nodes = ShortestPath(graph, s, t, weights_on="nodes")
+        x = np.array(data.draw(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=nodes.n_vars,
+                                        max_size=nodes.n_vars)))
+        rows = np.stack([x, -x, x])
+        np.testing.assert_array_equal(nodes._dag_states_numpy(nodes._arc_costs(rows)),
+                                      [nodes.solve(r) for r in rows])
+
+
+def test_dag_batch_uses_the_batched_dp_and_agrees_with_solve(monkeypatch) -> None:
+    oracle = ShortestPath(grid_dag(5), (0, 0), (4, 4))
+    x = np.random.default_rng(0).integers(-2, 3, size=(64, oracle.n_vars)).astype(np.float64)  # ties
+    calls = []
+    original = oracle._dag_states_numpy
+    monkeypatch.setattr(oracle, "_dag_states_numpy", lambda cost: calls.append(1) or original(cost))
+    batch = oracle.solve_batch(x)
+    assert calls == [1]
+    np.testing.assert_array_equal(batch, [oracle.solve(r) for r in x])
+
+
+def grid_dag(n: int) -> nx.DiGraph:
+    """n × n grid with east and north arcs."""
+    graph = nx.DiGraph()
+    graph.add_edges_from(((r, c), (r, c + 1)) for r in range(n) for c in range(n - 1))
+    graph.add_edges_from(((r, c), (r + 1, c)) for r in range(n - 1) for c in range(n))
+    return graph
 
 
 def test_dag_tie_rule_on_a_diamond() -> None:

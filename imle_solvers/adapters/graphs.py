@@ -264,12 +264,24 @@ class ShortestPath(_GraphOracle):
     # ---- per-call arc costs -------------------------------------------------------------------
 
     def _arc_costs(self, w: np.ndarray) -> np.ndarray:
-        """Cost of each kept arc  [a]  (node weights: the head's weight; reweighted if undirected)."""
+        """Cost of each kept arc  [..., a]  (node weights: the head's weight; reweighted if undirected)."""
         if self.weights_on == "edges":
-            return w[self._arc_edge]
+            return w[..., self._arc_edge]
         if self.directed:
-            return w[self._head_g]  # entering v costs w_v; the source's weight is a constant
-        return (w[self._tail_g] + w[self._head_g]) * 0.5  # Johnson potential h = w/2   [a]
+            return w[..., self._head_g]  # entering v costs w_v; the source's weight is a constant
+        return (w[..., self._tail_g] + w[..., self._head_g]) * 0.5  # Johnson potential h = w/2   [..., a]
+
+    def _solve_many(self, w: np.ndarray) -> np.ndarray:
+        """A DAG batch runs the level DP on all rows at once (same programme, same ties as ``solve``)."""
+        levels = len(getattr(self, "_dag_levels", ())) or 1
+        if not self.is_dag or w.shape[0] * len(self._tail) < _DAG_ARCS_PER_LEVEL * levels:
+            return super()._solve_many(w)
+        if self._loop_w.size:
+            bad = np.flatnonzero(w[:, self._loop_w].min(axis=1) < 0)
+            if bad.size:
+                raise NegativeCycleError("a self-loop of negative cost lies on a source → target walk",
+                                         rows=bad.tolist())
+        return self._dag_states_numpy(self._arc_costs(w))
 
     def _solve(self, w: np.ndarray) -> np.ndarray:
         if not self._feasible:
@@ -402,6 +414,30 @@ class ShortestPath(_GraphOracle):
             dist[nodes] = cand[rows, j]
             pred[nodes] = pad[rows, j]
         return pred.tolist()
+
+    def _dag_states_numpy(self, cost: np.ndarray) -> np.ndarray:
+        """The level DP for ``B`` rows at once, then all ``B`` paths traced back together.  [B, m]"""
+        b, n = cost.shape[0], self._n
+        dist = np.zeros((b, n + 1))
+        dist[:, n] = np.inf  # sentinel node behind the padding arcs
+        cost_ext = np.concatenate([cost, np.zeros((b, 1))], axis=1)  # [B, a + 1]
+        pred = np.full((b, n), -1, dtype=np.int64)
+        for nodes, pad, rows in self._dag_levels:
+            cand = dist[:, self._dag_tail_ext[pad]] + cost_ext[:, pad]  # dist_u + c_uv   [B, n_L, deg]
+            j = cand.argmin(axis=2)  # first minimum = first in-arc in edge order          [B, n_L]
+            dist[:, nodes] = np.take_along_axis(cand, j[..., None], axis=2)[..., 0]
+            pred[:, nodes] = pad[rows[None, :], j]
+        out_index = self._arc_edge if self.weights_on == "edges" else self._head_g
+        state = np.zeros((b, self.n_vars), dtype=np.float64)
+        if self.weights_on == "nodes":
+            state[:, self._nodes_g[self._s]] = 1.0
+        every = np.arange(b)
+        cur = np.full(b, self._t, dtype=np.int64)  # walk all B predecessor chains back at once
+        while (active := every[cur != self._s]).size:
+            k = pred[active, cur[active]]  # arc into the current node                     [B']
+            state[active, out_index[k]] = 1.0
+            cur[active] = self._tail[k]
+        return state
 
     def __repr__(self) -> str:
         return (f"ShortestPath({self.source!r} → {self.target!r}, weights_on={self.weights_on!r}, "
