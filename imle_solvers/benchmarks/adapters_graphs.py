@@ -99,9 +99,13 @@ def _shortest_path_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
     oracle = ShortestPath(dag, (0, 0), (4, 4))
     costs = rng.random(oracle.n_vars)
     nx.set_edge_attributes(dag, dict(zip(oracle.edges, costs)), "weight")
+    batch = rng.random((64, oracle.n_vars))
     rows = [
         _row("ShortestPath (DAG DP)", "5×5 grid DAG (east/north arcs) vs networkx dijkstra",
              lambda: oracle.solve(costs), lambda: nx.dijkstra_path(dag, (0, 0), (4, 4)), rounds, min_time),
+        _row("ShortestPath.solve_batch (DAG DP, per row, B=64)",
+             "5×5 grid DAG (east/north arcs) vs networkx dijkstra", lambda: oracle.solve_batch(batch),
+             lambda: nx.dijkstra_path(dag, (0, 0), (4, 4)), rounds, min_time, per=64),
         _row("ShortestPath (DAG DP)", "5×5 grid DAG (east/north arcs) vs networkx bellman-ford",
              lambda: oracle.solve(costs), lambda: nx.bellman_ford_path(dag, (0, 0), (4, 4)),
              rounds, min_time),
