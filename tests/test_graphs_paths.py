@@ -440,4 +440,5 @@ def test_grid_negative_cycle_rows_and_arguments() -> None:
         with pytest.raises(ValueError):
             GridShortestPath(**bad)  # type: ignore[arg-type]
     assert GridShortestPath(3, 4, neighbourhood=4).expected_nonzeros == 6.0
+    assert GridShortestPath(1, 1).solve_batch(np.array([[-3.0], [2.0]])).tolist() == [[1.0], [1.0]]
     assert len(GridShortestPath(2, 2).edges) == 6 and GridShortestPath(2, 3).nodes[4] == (1, 1)

@@ -576,11 +576,11 @@ class GridShortestPath(_GraphOracle):
         return state
 
     def _solve_many(self, w: np.ndarray) -> np.ndarray:
-        cost = self._costs(w)  # checks every row before any solve                 [B, a]
         out = np.zeros(w.shape, dtype=np.float64)
-        if self.n_vars == 1:
+        if self.n_vars == 1:  # the single cell is the path, whatever its weight
             out[:, 0] = 1.0
             return out
+        cost = self._costs(w)  # checks every row before any solve                 [B, a]
         for start in range(0, w.shape[0], _GRID_CHUNK):
             stop = min(start + _GRID_CHUNK, w.shape[0])
             out[start:stop] = self._solve_block(cost[start:stop])
