@@ -127,6 +127,7 @@ def test_knapsack_generator_and_labels() -> None:
     z = d.solutions.double().numpy()
     assert np.all(z @ w.T <= 12.0 + 1e-9)
     np.testing.assert_allclose(d.objectives.numpy(), (v @ feasible.T).max(1), rtol=1e-6)
+    assert d.oracle.expected_nonzeros == pytest.approx(z.sum(1).mean())  # κ for SumOfGamma
 
 
 def test_terrain_maps() -> None:

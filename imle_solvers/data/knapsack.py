@@ -33,7 +33,9 @@ def knapsack(
     The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m``: the oracle is an
     :class:`~imle_solvers.ILP` with ``sense="max"`` (so the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). The draws
     (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
-    ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``.
+    ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``. The oracle's
+    ``expected_nonzeros`` (κ of :class:`~imle_solvers.SumOfGamma`) is set to the mean number of items
+    of the optimal solutions.
 
     Parameters
     ----------
@@ -64,4 +66,9 @@ def knapsack(
     info = {"problem": "knapsack", "num_items": num_items, "dim": dim, "capacity": caps.tolist(),
             "num_features": num_features, "deg": deg, "noise_width": noise_width, "seed": seed,
             "item_weights": weights.tolist(), "basis": basis.tolist()}
-    return PTODataset(torch.from_numpy(x).float(), torch.from_numpy(values).float(), oracle, info=info)
+    data = PTODataset(torch.from_numpy(x).float(), torch.from_numpy(values).float(), oracle, info=info)
+    if oracle.expected_nonzeros is None and num_samples > 0:
+        # SumOfGamma's κ (Theorem 1): the empirical mean number of chosen items, as the paper takes the
+        # empirical mean path length for Warcraft (sec. 6)
+        oracle.expected_nonzeros = float(data.solutions.sum(1).mean())
+    return data
