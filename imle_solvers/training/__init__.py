@@ -50,6 +50,7 @@ def run(
     tau: float = 1.0,
     lam: float = 10.0,
     noise: str = "sog",
+    bb_loss: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every method on every seed; one result dict per (method, seed).
 
@@ -71,6 +72,8 @@ def run(
             options: dict[str, Any] = {"samples": samples or d["samples"], "lam": lam,
                                        "noise": SumOfGamma(tau=tau) if noise == "sog" else Gumbel(tau)}
             options.update({k: d[k] for k in ("bb_loss", "dpo_samples") if k in d})
+            if bb_loss is not None:
+                options["bb_loss"] = bb_loss
             for name in methods:
                 torch.manual_seed(seed)
                 model = prob.model()
@@ -160,6 +163,8 @@ def main(argv: Sequence[str]) -> int:
                         help="I-MLE perturbation: SumOfGamma (κ from the oracle) or Gumbel")
     parser.add_argument("--tau", type=float, default=1.0, help="temperature τ of the I-MLE noise")
     parser.add_argument("--lam", type=float, default=10.0, help="λ of the PID target (method imle)")
+    parser.add_argument("--bb-loss", choices=["regret", "hamming"], default=None,
+                        help="loss behind the dbb layer (default: regret; hamming on terrain)")
     parser.add_argument("--workers", type=int, default=0, help="solver pool processes (0: solve inline)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", default=None, metavar="DIR", help="write results.json and curves.png here")
@@ -174,7 +179,7 @@ def main(argv: Sequence[str]) -> int:
     results = run(
         args.problem, methods, args.seeds, args.epochs, args.batch_size, args.lr, args.n_train, args.n_test,
         args.deg, args.noise_width, args.samples, args.workers, not args.quiet, args.size, args.tau, args.lam,
-        args.noise,
+        args.noise, args.bb_loss,
     )
     rows = summarize(results)
     print(f"\n{args.problem}, deg {args.deg}, {len(args.seeds)} seed(s), "
