@@ -204,3 +204,22 @@ def test_missing_extra_names_cpsat(monkeypatch: pytest.MonkeyPatch) -> None:
         CPSATOracle(model, x)
     with pytest.raises(MissingExtraError, match=r"imle-solvers\[cpsat\]"):
         ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cpsat")
+
+
+@pytest.mark.parametrize("sense", ["min", "max"])
+def test_python_and_numpy_scaling_agree(monkeypatch: pytest.MonkeyPatch, sense: str) -> None:
+    """Small models scale in plain Python, large ones with numpy: the integers must be identical."""
+    import imle_solvers.adapters.cpsat as cpsat_module
+
+    model, x = _exactly(5, 300)
+    oracle = CPSATOracle(model, x, sense=sense)  # type: ignore[arg-type]
+    rng = np.random.default_rng(0)
+    for w in (rng.normal(size=300), np.round(rng.normal(size=300), 1), np.zeros(300), -np.ones(300)):
+        monkeypatch.setattr(cpsat_module, "_SMALL", 10**9)
+        python = oracle._scaled_list(w)
+        monkeypatch.setattr(cpsat_module, "_SMALL", 0)
+        numpy_ = oracle._scaled_list(w)
+        assert python == numpy_
+    z = oracle.solve(w := rng.normal(size=300))  # the numpy path end to end (m = 300 > _SMALL)
+    best = np.argsort(w)[:5] if sense == "min" else np.argsort(-w)[:5]
+    assert sorted(np.flatnonzero(z).tolist()) == sorted(best.tolist())
