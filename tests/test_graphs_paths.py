@@ -280,6 +280,29 @@ def test_negative_cycle_error_names_the_batch_row() -> None:
     assert info.value.rows == (2,)
 
 
+@pytest.mark.parametrize("directed", [True, False])
+def test_general_graph_batch_equals_row_by_row_solves(directed: bool) -> None:
+    graph = nx.gnp_random_graph(25, 0.2, seed=5, directed=directed)
+    oracle = ShortestPath(graph, 0, 24)
+    assert not oracle.is_dag
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 3, size=(40, oracle.n_vars)).astype(np.float64)  # ties: block Dijkstra rows
+    if directed:  # c + p_u − p_v: negative arcs, no negative cycle → Bellman-Ford rows
+        pot = rng.integers(0, 4, size=25)
+        x[1::3] += np.array([pot[u] - pot[v] for u, v in oracle.edges])
+        assert (x.min(axis=1) < 0).any()
+    np.testing.assert_array_equal(oracle.solve_batch(x), [oracle.solve(r) for r in x])
+
+
+def test_undirected_batch_names_every_row_with_a_negative_edge() -> None:
+    oracle = ShortestPath(nx.cycle_graph(5), 0, 2)
+    x = np.ones((6, 5))
+    x[[1, 4], 3] = -0.5
+    with pytest.raises(NegativeCycleError, match="negative 2-cycle") as info:
+        oracle.solve_batch(x)
+    assert info.value.rows == (1, 4)
+
+
 def test_invalid_weights_are_rejected_before_solving() -> None:
     oracle = ShortestPath(nx.DiGraph([("s", "t")]), "s", "t")
     w = np.ones((3, 1))

@@ -120,6 +120,25 @@ def _csr_order(tail: np.ndarray, head: np.ndarray, n: int) -> tuple[np.ndarray, 
     return perm, head[perm].astype(np.int32), indptr
 
 
+def _block_dijkstra(indices: np.ndarray, indptr: np.ndarray, n: int, cost: np.ndarray, source: int
+                    ) -> np.ndarray:
+    """Dijkstra for ``K`` cost rows of one CSR structure in a single SciPy call.  → ``[K, n]`` predecessors
+
+    The rows become the diagonal blocks of a ``K·n``-node graph and SciPy runs one search (with its own
+    heap) per block source, so every row gets exactly what a one-row call gives it, ties included.
+    Predecessors are local node ids, ``< 0`` for none.
+    """
+    k, a = cost.shape
+    offset = np.arange(k)[:, None]
+    block_indices = (indices[None, :] + n * offset).ravel()  # block b's nodes are b·n + j      [K·a]
+    block_indptr = np.concatenate([[0], (indptr[None, 1:] + a * offset).ravel()])  # [K·n + 1]
+    mat = sp.csr_matrix((cost.ravel(), block_indices, block_indptr), shape=(k * n, k * n))
+    _, pred = csgraph.dijkstra(mat, directed=True, indices=source + n * np.arange(k),
+                               return_predecessors=True)  # [K, K·n]
+    own = pred.reshape(k, k, n)[np.arange(k), np.arange(k)]  # each search's own block   [K, n]
+    return np.where(own >= 0, own - n * offset, -1)
+
+
 # --------------------------------------------------------------------------------------------------
 # Shortest path in a general graph
 # --------------------------------------------------------------------------------------------------
@@ -272,16 +291,50 @@ class ShortestPath(_GraphOracle):
         return (w[..., self._tail_g] + w[..., self._head_g]) * 0.5  # Johnson potential h = w/2   [..., a]
 
     def _solve_many(self, w: np.ndarray) -> np.ndarray:
-        """A DAG batch runs the level DP on all rows at once (same programme, same ties as ``solve``)."""
+        """Batches, same states as ``solve`` row by row (ties included).
+
+        A DAG runs the level DP on all rows at once. Otherwise rows whose arc costs are all ≥ 0 go
+        16 at a time through one SciPy Dijkstra call (:func:`_block_dijkstra`); the others are
+        solved one by one (Bellman-Ford).
+        """
         levels = len(getattr(self, "_dag_levels", ())) or 1
-        if not self.is_dag or w.shape[0] * len(self._tail) < _DAG_ARCS_PER_LEVEL * levels:
+        vectorised_dag = self.is_dag and w.shape[0] * len(self._tail) >= _DAG_ARCS_PER_LEVEL * levels
+        if not (vectorised_dag or (self._feasible and not self.is_dag and len(self._tail))):
             return super()._solve_many(w)
         if self._loop_w.size:
             bad = np.flatnonzero(w[:, self._loop_w].min(axis=1) < 0)
             if bad.size:
                 raise NegativeCycleError("a self-loop of negative cost lies on a source → target walk",
                                          rows=bad.tolist())
-        return self._dag_states_numpy(self._arc_costs(w))
+        cost = self._arc_costs(w)  # [B, a]
+        if vectorised_dag:
+            return self._dag_states_numpy(cost)
+        negative = cost.min(axis=1) < 0  # [B]
+        if not self.directed and negative.any():
+            raise NegativeCycleError(self._two_cycle_message(), rows=np.flatnonzero(negative).tolist())
+        out = np.empty(w.shape, dtype=np.float64)
+        easy = np.flatnonzero(~negative)
+        csr_cost = cost[easy][:, self._perm]  # CSR order   [B', a]
+        for start in range(0, len(easy), _GRID_CHUNK):
+            chunk = easy[start:start + _GRID_CHUNK]
+            pred = _block_dijkstra(self._indices, self._indptr, self._n,
+                                   csr_cost[start:start + _GRID_CHUNK], self._s)
+            for row, row_pred in zip(chunk.tolist(), pred.tolist()):
+                try:
+                    out[row] = self._state(self._trace(row_pred))
+                except ImleSolversError as err:
+                    raise err.with_rows([row]) from None
+        for row in np.flatnonzero(negative).tolist():  # Bellman-Ford, one row at a time
+            try:
+                out[row] = self._solve(w[row])
+            except ImleSolversError as err:
+                raise err.with_rows([row]) from None
+        return out
+
+    def _two_cycle_message(self) -> str:
+        what = "an edge of negative cost" if self.weights_on == "edges" else (
+            "two adjacent nodes whose weights sum below 0")
+        return f"undirected graph with {what} on a source → target walk: a negative 2-cycle"
 
     def _solve(self, w: np.ndarray) -> np.ndarray:
         if not self._feasible:
@@ -293,11 +346,7 @@ class ShortestPath(_GraphOracle):
             arcs = self._dag_path(cost)
         else:
             if not self.directed and cost.size and float(cost.min()) < 0:
-                what = "an edge of negative cost" if self.weights_on == "edges" else (
-                    "two adjacent nodes whose weights sum below 0")
-                raise NegativeCycleError(
-                    f"undirected graph with {what} on a source → target walk: a negative 2-cycle"
-                )
+                raise NegativeCycleError(self._two_cycle_message())
             arcs = self._scipy_path(cost)
         return self._state(arcs)
 
@@ -587,25 +636,17 @@ class GridShortestPath(_GraphOracle):
         return out
 
     def _solve_block(self, cost: np.ndarray) -> np.ndarray:
-        """``K`` rows in one SciPy call: a block-diagonal graph, one Dijkstra (own heap) per block."""
-        k, v_n = cost.shape[0], self.n_vars
-        a_n = len(self._indices)
-        offset = np.arange(k)[:, None]
-        indices = (self._indices[None, :] + v_n * offset).ravel()  # block b's nodes: b·V + j  [K·a]
-        indptr = np.concatenate([[0], (self._indptr[None, 1:] + a_n * offset).ravel()])  # [K·V + 1]
-        mat = sp.csr_matrix((cost.ravel(), indices, indptr), shape=(k * v_n, k * v_n))
-        sources = v_n * np.arange(k)
-        _, pred = csgraph.dijkstra(mat, directed=True, indices=sources, return_predecessors=True)
+        """``K`` rows in one SciPy call (:func:`_block_dijkstra`), paths read off all at once.  [K, V]"""
+        pred = _block_dijkstra(self._indices, self._indptr, self.n_vars, cost, 0)  # [K, V]
+        k = cost.shape[0]
         rows = np.arange(k)
-        cur = sources + v_n - 1  # every block's bottom-right cell                          [K]
-        state = np.zeros(k * v_n, dtype=np.float64)
-        state[cur] = 1.0
-        active = cur != sources
-        while active.any():  # walk all K predecessor chains back at once
-            cur = np.where(active, pred[rows, cur], cur)
-            state[cur] = 1.0
-            active = cur != sources
-        return state.reshape(k, v_n)
+        cur = np.full(k, self.n_vars - 1)  # every row's bottom-right cell                  [K]
+        state = np.zeros((k, self.n_vars), dtype=np.float64)
+        state[rows, cur] = 1.0
+        while (active := rows[cur != 0]).size:  # walk the K predecessor chains back together
+            cur[active] = pred[active, cur[active]]
+            state[active, cur[active]] = 1.0
+        return state
 
     def __repr__(self) -> str:
         return f"GridShortestPath({self.height}×{self.width}, neighbourhood={self.neighbourhood})"
