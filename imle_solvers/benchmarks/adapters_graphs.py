@@ -128,6 +128,12 @@ def _shortest_path_rows(rounds: int, min_time: float) -> list[dict[str, Any]]:
                                  return_predecessors=True), rounds, min_time))
         rows.append(_row(f"ShortestPath ({name})", f"{inst} vs networkx", partial(general.solve, w),
                          partial(bare_nx, weighted, 0, 59), rounds, min_time))
+        if name == "dijkstra":
+            batch = pos[None, :] * (0.5 + rng.random((64, 1)))  # 64 non-negative rows
+            rows.append(_row("ShortestPath.solve_batch (dijkstra, per row, B=64)", f"{inst} vs scipy {name}",
+                             partial(general.solve_batch, batch),
+                             partial(bare_sp, matrix, directed=True, indices=general._s,
+                                     return_predecessors=True), rounds, min_time, per=64))
     return rows
 
 
