@@ -42,7 +42,7 @@ __all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree"]
 Node = Hashable
 Edge = tuple[Any, Any]
 
-#: rows of a :class:`GridShortestPath` batch solved by one SciPy call (one heap per row).
+#: batch rows solved by one SciPy Dijkstra call (:func:`_block_dijkstra`; one heap per row).
 _GRID_CHUNK = 16
 #: a DAG whose relevant part has at least this many arcs per topological level uses the
 #: level-vectorised numpy DP; smaller or deeper DAGs use the plain Python DP (less call overhead).
