@@ -41,6 +41,7 @@ _DEFAULT_OVERHEAD_S = {"process": 1.5e-3, "thread": 2e-4, "dask": 2e-2}
 _PIPE_BYTES_PER_S = 1e9  # process/dask: weights out + states back, per byte
 _TARGET_CHUNK_S = 2e-2  # a chunk should carry at least this much solving (amortises round trips)
 _REMEASURE_EVERY = 32  # after this many calls on one path, take the other once to refresh its timing
+_REMEASURE_FIRST = 3  # ... and early, once: first estimates (small probe blocks, cold caches) are rough
 _EMA = 0.3  # weight of a new measurement in the running estimates
 
 
@@ -97,8 +98,11 @@ class _Entry:
     dask_future: Any = None
     serial_row_s: float | None = None  # in-process seconds per row (EMA)
     worker_row_s: float | None = None  # seconds per row inside a worker (EMA)
+    parallel_row_s: float | None = None  # wall seconds per row of whole parallel calls (EMA)
     streak: int = 0  # consecutive calls the cost model sent down the same path
     last_mode: str = ""
+    remeasures: int = 0  # times the other path was taken to refresh its timing
+    serial_probed: bool = False  # serial_row_s still comes from the probe only
 
 
 def _ema(old: float | None, new: float) -> float:
@@ -311,7 +315,8 @@ class SolverPool:
             + (self._res.dask.scatters if self._res.dask is not None else 0),
             "overhead_s": self.overhead_s,
             "oracles": [
-                {"oracle": e.name, "serial_row_s": e.serial_row_s, "worker_row_s": e.worker_row_s}
+                {"oracle": e.name, "serial_row_s": e.serial_row_s, "worker_row_s": e.worker_row_s,
+                 "parallel_row_s": e.parallel_row_s}
                 for e in self._entries.values()
             ],
         }
@@ -451,7 +456,10 @@ class SolverPool:
             if rest:
                 t1 = time.perf_counter()
                 parts.append(self._in_process(oracle, weights[done:], done, deadline))
-                entry.serial_row_s = _ema(entry.serial_row_s, (time.perf_counter() - t1) / rest)
+                row_wall = (time.perf_counter() - t1) / rest
+                # a whole in-process call is a better measurement than the probe's small blocks
+                entry.serial_row_s = row_wall if entry.serial_probed else _ema(entry.serial_row_s, row_wall)
+                entry.serial_probed = False
             out = parts[0] if len(parts) == 1 else np.concatenate(parts)
             self._counts["in_process_calls"] += 1
             self._finish(plan_kw, "in-process", done, 0, 0, row_s, est_serial, est_parallel, reason, t0)
@@ -462,7 +470,10 @@ class SolverPool:
             raise SolverTimeoutError(f"pool call exceeded timeout={self.timeout} s",
                                      rows=range(done, n))
         remaining = None if deadline is None else deadline - time.perf_counter()
-        states = self._parallel(oracle, entry, weights, bounds, remaining)
+        t1 = time.perf_counter()
+        states, first = self._parallel(oracle, entry, weights, bounds, remaining)
+        if not first:  # a call that shipped the oracle pays a one-off cost: not representative
+            entry.parallel_row_s = _ema(entry.parallel_row_s, (time.perf_counter() - t1) / rest)
         parts.append(states[done:])
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self._counts["parallel_calls"] += 1
@@ -480,11 +491,17 @@ class SolverPool:
 
     def _decide(self, entry: _Entry, weights: np.ndarray, rest: int, serial_row: float, row_s: float,
                 workers: int) -> tuple[str, str, float, float]:
-        """The cost model: in-process ``rest · t_serial`` against ``overhead + rest · t_worker / W``."""
+        """The cost model: in-process ``rest · t_serial`` against the parallel time.
+
+        The parallel time is the measured wall time per row of earlier parallel calls when there are
+        any, else ``overhead + transfer + rest · t_worker / W``.
+        """
         est_serial = rest * serial_row  # predicted in-process seconds
         n_chunks = len(self._chunks(rest, row_s, workers, 0))
         transfer = 0.0 if self.backend == "thread" else 2 * weights[:rest].nbytes / _PIPE_BYTES_PER_S
         est_parallel = self.overhead_s + transfer + rest * row_s / min(workers, n_chunks)
+        if entry.parallel_row_s is not None:  # measured beats modelled: whole parallel calls, wall time
+            est_parallel = rest * entry.parallel_row_s
         if workers < 2 and self.backend != "dask":
             return "in-process", "one worker cannot beat the caller", est_serial, est_parallel
         if est_serial < self.min_parallel_seconds:
@@ -498,8 +515,9 @@ class SolverPool:
         # loads and caches change: after a long run on one path, time the other path once
         entry.streak = entry.streak + 1 if mode == entry.last_mode else 1
         entry.last_mode = mode
-        if entry.streak >= _REMEASURE_EVERY:
+        if entry.streak >= (_REMEASURE_FIRST if entry.remeasures == 0 else _REMEASURE_EVERY):
             entry.streak = 0
+            entry.remeasures += 1
             mode = "in-process" if mode == "parallel" else "parallel"
             reason = f"re-measuring the {mode} path ({reason})"
         return mode, reason, est_serial, est_parallel
@@ -535,6 +553,7 @@ class SolverPool:
             dt = time.perf_counter() - t1
             spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
         entry.serial_row_s = rate
+        entry.serial_probed = True
         self._counts["probe_rows"] += done
         return done
 
@@ -549,8 +568,11 @@ class SolverPool:
         raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
 
     def _parallel(self, oracle: MapOracle, entry: _Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-                  timeout: float | None) -> np.ndarray:
-        """Run the chunks on the backend and update the timing model (returns the full-size array)."""
+                  timeout: float | None) -> tuple[np.ndarray, bool]:
+        """Run the chunks on the backend and update the timing model.
+
+        Returns the full-size states array and whether this call shipped the oracle (first use).
+        """
         if self.backend == "process":
             fleet = self._fleet()
             shipped = fleet.shipments
@@ -580,7 +602,7 @@ class SolverPool:
             entry.serial_row_s = entry.worker_row_s
         if measure_overhead:
             self.overhead_s = _ema(self.overhead_s, max(0.0, wall - slowest))
-        return out
+        return out, not measure_overhead
 
     def _run_threads(self, oracle: MapOracle, weights: np.ndarray, bounds: list[tuple[int, int]],
                      timeout: float | None) -> tuple[np.ndarray, list[float], float]:
