@@ -127,3 +127,17 @@ def test_agrees_with_graphs_shortest_path(rows: int, cols: int, seed: int) -> No
     ours = (dag.solve_batch(w) * w).sum(1)
     theirs = (reference.solve_batch(w_ref) * w_ref).sum(1)
     np.testing.assert_allclose(ours, theirs, atol=1e-9)
+
+
+@given(random_dag(), st.integers(0, 2**31 - 1))
+def test_numpy_and_torch_programmes_agree_ties_included(dag: tuple, seed: int) -> None:
+    """The CPU (NumPy) path and the device (torch ops) path return identical states, ties included."""
+    edges, s, t = dag
+    if len(all_paths(edges, s, t)) == 0:
+        return
+    oracle = DAGShortestPath(edges, s, t)
+    w = torch.from_numpy(np.random.default_rng(seed).integers(-2, 3, size=(8, len(edges))).astype(np.float64))
+    np.testing.assert_array_equal(oracle.solve_torch(w).numpy(), oracle._solve_torch_ops(w).numpy())
+    half = oracle.solve_torch(w.to(torch.bfloat16))  # not a NumPy dtype: the torch path
+    assert half.dtype == torch.bfloat16
+    np.testing.assert_array_equal(half.double().numpy(), oracle._solve_torch_ops(w).numpy())

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from ..oracle import TorchOracle
@@ -134,6 +135,8 @@ class DAGShortestPath(TorchOracle):
             expected_nonzeros = 0.5 * (self._max_hops + min_hops)
         self.expected_nonzeros = float(expected_nonzeros)
         self._cache: dict[torch.device, dict[str, Any]] = {}
+        self._np_levels = [(v.numpy(), t.numpy(), o, n, w) for v, t, o, n, w in self._levels]
+        self._np_tails = np.concatenate([self._tails.numpy(), [self._source_idx]])
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -176,9 +179,47 @@ class DAGShortestPath(TorchOracle):
         return plan
 
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
-        """Edge indicators of a cheapest path for ``(..., m)`` costs; same device and dtype."""
+        """Edge indicators of a cheapest path for ``(..., m)`` costs; same device and dtype.
+
+        On the CPU (float32/float64) the same level-synchronous programme runs on NumPy views of the
+        tensor (no copy; NumPy's per-call overhead is a fraction of torch's on these small arrays);
+        elsewhere it runs as torch operations on the weights' device.
+        """
         lead, m = weights.shape[:-1], weights.shape[-1]
-        w = weights.reshape(-1, m)
+        if weights.device.type == "cpu" and weights.dtype in (torch.float32, torch.float64):
+            w_np = weights.detach().reshape(-1, m).numpy()
+            return torch.from_numpy(self._solve_numpy(w_np)).reshape(*lead, m)
+        return self._solve_torch_ops(weights.reshape(-1, m)).reshape(*lead, m)
+
+    def _solve_numpy(self, w: np.ndarray) -> np.ndarray:
+        """The programme of :meth:`_solve_torch_ops` in NumPy (same ties: first minimum wins)."""
+        n, m = w.shape
+        w_pad = np.concatenate([w, np.full((n, 1), np.inf, dtype=w.dtype)], axis=1)  # [N, m+1]
+        w_arcs = w_pad[:, self._all_arcs.numpy()]  # [N, Σ L·K]
+        dist = np.full((n, self._n_nodes), np.inf, dtype=w.dtype)  # d(v) = +inf   [N, V]
+        dist[:, self._source_idx] = 0.0
+        choices = []
+        for nodes, tails, offset, n_l, width in self._np_levels:
+            cand = (dist[:, tails] + w_arcs[:, offset : offset + n_l * width]).reshape(n, n_l, width)
+            k = cand.argmin(axis=-1)  # first minimum   [N, L]
+            dist[:, nodes] = np.take_along_axis(cand, k[..., None], axis=-1)[..., 0]  # Bellman
+            choices.append(k)
+        k_all = np.concatenate(choices, axis=1)  # [N, Σ L]
+        table = self._arc_table.numpy()  # [Σ L, K]
+        best = np.full((n, self._n_nodes), m, dtype=np.int64)  # arc into v   [N, V]
+        best[:, self._level_nodes.numpy()] = table[np.arange(table.shape[0]), k_all]
+        z = np.zeros((n, m + 1), dtype=w.dtype)
+        rows = np.arange(n)
+        node = np.full(n, self._target_idx, dtype=np.int64)
+        for _ in range(self._max_hops):
+            arc = best[rows, node]  # arc into the current node   [N]
+            z[rows, arc] = 1.0
+            node = self._np_tails[arc]  # step back to its tail
+        return z[:, :m]
+
+    def _solve_torch_ops(self, w: torch.Tensor) -> torch.Tensor:
+        """``(N, m)`` costs → ``(N, m)`` path indicators with torch operations on ``w``'s device."""
+        m = w.shape[-1]
         n, device = w.shape[0], w.device
         plan = self._device_plan(device)
         w_pad = torch.cat([w, w.new_full((n, 1), float("inf"))], dim=1)  # dummy arc m: +inf   [N, m+1]
@@ -205,7 +246,7 @@ class DAGShortestPath(TorchOracle):
             arc = best.gather(1, node)  # arc into the current node   [N, 1]
             z.scatter_(1, arc, 1.0)  # z_arc = 1
             node = tails_pad[arc]  # step back to its tail          [N, 1]
-        return z[:, :m].reshape(*lead, m)
+        return z[:, :m]
 
     def __repr__(self) -> str:
         return (
