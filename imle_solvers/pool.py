@@ -42,6 +42,7 @@ _PIPE_BYTES_PER_S = 1e9  # process/dask: weights out + states back, per byte
 _TARGET_CHUNK_S = 2e-2  # a chunk should carry at least this much solving (amortises round trips)
 _REMEASURE_EVERY = 32  # after this many calls on one path, take the other once to refresh its timing
 _REMEASURE_FIRST = 3  # ... and early, once: first estimates (small probe blocks, cold caches) are rough
+_REMEASURE_CLOSE = 8  # ... and more often while the two paths are within 1.5× of each other
 _EMA = 0.3  # weight of a new measurement in the running estimates
 
 
@@ -515,7 +516,9 @@ class SolverPool:
         # loads and caches change: after a long run on one path, time the other path once
         entry.streak = entry.streak + 1 if mode == entry.last_mode else 1
         entry.last_mode = mode
-        if entry.streak >= (_REMEASURE_FIRST if entry.remeasures == 0 else _REMEASURE_EVERY):
+        close = 1 / 1.5 < speedup < 1.5  # a wrong choice costs little but should not last
+        every = _REMEASURE_FIRST if entry.remeasures == 0 else _REMEASURE_CLOSE if close else _REMEASURE_EVERY
+        if entry.streak >= every:
             entry.streak = 0
             entry.remeasures += 1
             mode = "in-process" if mode == "parallel" else "parallel"

@@ -354,6 +354,21 @@ def test_slow_oracle_goes_parallel_and_threshold_is_respected() -> None:
         assert "min_parallel_seconds" in pool.last_plan.reason
 
 
+def test_cost_model_re_measures_the_other_path() -> None:
+    oracle = Enum(STATES, delay=0.003)
+    with SolverPool(2, "thread") as pool:
+        reasons = []
+        for seed in range(5):
+            out = pool.solve_batch(oracle, batch(24, seed))
+            np.testing.assert_array_equal(out, Enum(STATES).solve_batch(batch(24, seed)))
+            assert pool.last_plan is not None
+            reasons.append((pool.last_plan.mode, pool.last_plan.reason))
+        assert reasons[0][0] == "parallel"
+        assert any(mode == "in-process" and "re-measuring" in why for mode, why in reasons)
+        stats = pool.stats["oracles"][0]
+        assert stats["parallel_row_s"] is not None and stats["serial_row_s"] is not None
+
+
 def test_one_worker_never_beats_the_caller() -> None:
     with SolverPool(1, "thread") as pool:
         pool.solve_batch(Enum(STATES, delay=0.003), batch(20))
