@@ -106,11 +106,13 @@ def assignment(n: int) -> tuple[np.ndarray, np.ndarray]:
     return A, np.ones(2 * n)
 
 
-def market_split(rows: int = 4, n: int = 30, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Cornuéjols–Dawande market split ``A z = ⌊A 1 / 2⌋``: no solver finds a feasible point in 10 ms."""
+def market_split(rows: int = 5, n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Cornuéjols–Dawande market split ``A z = A x*`` with a planted 0/1 ``x*``: feasible, yet no solver
+    finds a feasible point in 10 ms (nor can it prove infeasibility: there is none)."""
     rng = np.random.default_rng(seed)
     A = rng.integers(0, 100, size=(rows, n)).astype(float)
-    return A, np.floor(A.sum(axis=1) / 2)
+    planted = (rng.random(n) < 0.5).astype(float)
+    return A, A @ planted
 
 
 def independent_set(n: int = 300, p: float = 0.02, seed: int = 0) -> np.ndarray:

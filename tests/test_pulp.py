@@ -174,3 +174,18 @@ def test_missing_extra_names_pulp(monkeypatch: pytest.MonkeyPatch, module: str, 
     monkeypatch.setitem(sys.modules, module, None)  # import now fails
     with pytest.raises(MissingExtraError, match=r"imle-solvers\[pulp\]"):
         ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend=solver)  # type: ignore[arg-type]
+
+
+def test_cbc_infeasible_claim_at_the_time_limit_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CBC may say "Integer infeasible" for a feasible model when its clock runs out: not trusted."""
+    from imle_solvers.adapters.pulp import _CbcEngine
+    from imle_solvers.errors import SolverTimeoutError
+
+    claim = ("infeasible", None, "Integer infeasible")
+    monkeypatch.setattr(_CbcEngine, "_parse", staticmethod(lambda raw: claim))
+    limited = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cbc", time_limit=1e-4)  # CBC takes longer
+    with pytest.raises(SolverTimeoutError):
+        limited.solve(np.ones(3))
+    unlimited = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cbc")
+    with pytest.raises(InfeasibleError):
+        unlimited.solve(np.ones(3))

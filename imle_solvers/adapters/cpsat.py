@@ -7,13 +7,14 @@ documented, tested bound.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..errors import ImleSolversError, InfeasibleError, SolverTimeoutError, require
+from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
 from ..oracle import MapOracle
 from ._linear import LinearForm, check_single, unproven
 
@@ -253,16 +254,23 @@ class CPSATOracle(MapOracle):
         """The integer costs ``q = round(s · c)`` CP-SAT minimises for ``weights``   ``(m,) int64``."""
         return np.asarray(self._scaled_list(np.asarray(weights, dtype=np.float64)), dtype=np.int64)
 
-    def _scaled_list(self, w: np.ndarray) -> list[int]:
-        """``q = round(s · c)`` as ints (plain Python for small ``m``: fewer numpy calls per solve)."""
+    def _scaled_list(self, w: np.ndarray, checked: bool = True) -> list[int]:
+        """``q = round(s · c)`` as ints (plain Python for small ``m``: fewer numpy calls per solve).
+
+        With ``checked=False`` the weights' shape is known but their finiteness is checked here.
+        """
         sign = 1.0 if self.sense == "min" else -1.0  # c = ±w: costs to minimise
         if w.size <= _SMALL:
             wl = w.tolist()
+            if not checked and not math.isfinite(sum(wl)) and not all(map(math.isfinite, wl)):
+                raise InvalidWeightsError("weights contain NaN or inf")
             top = max(max(wl), -min(wl))
             if top == 0.0:
                 return [0] * len(wl)
             s = sign * self.resolution / top  # s = R / max|c|
             return [round(x * s) for x in wl]  # round half to even, as np.rint
+        if not checked:
+            check_single(w, self.n_vars, "CPSATOracle")
         top = float(np.abs(w).max())
         if top == 0.0:
             return [0] * w.size
@@ -270,12 +278,15 @@ class CPSATOracle(MapOracle):
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         """Solve one ``(m,)`` instance; see the class notes for the optimality bound."""
-        w = check_single(weights, self.n_vars, "CPSATOracle")
+        w = np.asarray(weights, dtype=np.float64)
+        if w.shape != (self.n_vars,):
+            raise InvalidWeightsError(f"CPSATOracle expects weights of shape ({self.n_vars},), got {w.shape}")
+        q = self._scaled_list(w, checked=False)  # also rejects NaN/inf
         local = self._state()
         proto = local.proto
         coeffs = proto.objective.coeffs
         coeffs.clear()
-        coeffs.extend(self._scaled_list(w))
+        coeffs.extend(q)
         wrapper = local.wrapper_cls()
         wrapper.set_parameters(local.params)
         response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model

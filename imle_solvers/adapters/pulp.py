@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -190,8 +191,9 @@ class _CbcEngine:
             fh.write(self.mps(costs))
         args = [self.binary(), mps_path]
         if self.time_limit is not None:
-            args += ["sec", repr(float(self.time_limit))]
+            args += ["timeMode", "elapsed", "sec", repr(float(self.time_limit))]  # wall clock, as elsewhere
         args += ["branch", "solution", sol_path]
+        started = time.perf_counter()
         try:
             subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, check=False)
@@ -203,6 +205,12 @@ class _CbcEngine:
             os.remove(mps_path)  # fresh files every call: rewriting one in place can force a disk flush
         os.remove(sol_path)
         outcome = self._parse(raw)
+        if (outcome[0] == "infeasible" and self.time_limit is not None
+                and time.perf_counter() - started >= self.time_limit):
+            # CBC can print "Integer infeasible" for a feasible model when its clock runs out (its root cut
+            # loop, interrupted, returns a bogus bound; seen on planted market-split instances): only a
+            # run that ended before the limit proves infeasibility.
+            return "timeout", None, outcome[2]
         if outcome[0] == "infeasible" and costs.any():
             # CBC may call an unbounded MIP "infeasible": a zero objective tells the two apart.
             if self.solve(np.zeros_like(costs))[0] == "optimal":
