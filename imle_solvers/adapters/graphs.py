@@ -617,7 +617,10 @@ class GridShortestPath(_GraphOracle):
             mat = sp.csr_matrix((np.zeros(len(self._indices)), self._indices.copy(), self._indptr.copy()),
                                 shape=(self.n_vars, self.n_vars))
             self._local.matrix = mat
-        self._costs(w, out=mat.data)  # arc costs written in place   [a]
+        if w.min() >= 0:  # the common case, inlined: c(u → v) = w_v, written in place   [a]
+            np.take(w, self._head, out=mat.data, mode="clip")
+        else:
+            self._costs(w, out=mat.data)
         _, pred_arr, _ = csgraph.dijkstra(mat, directed=True, indices=0, return_predecessors=True,
                                           min_only=True)  # min_only: the cheaper 1-D code path
         v = self.n_vars - 1
