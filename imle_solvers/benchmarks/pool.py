@@ -243,7 +243,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
 
 def _run(quick: bool) -> list[dict[str, Any]]:
-    slow, fast = (2, 5) if quick else (4, 15)  # rounds for ~2 s calls and for ~40 ms calls
+    slow, fast = (2, 5) if quick else (4, 40)  # rounds for ~2 s calls and for ~40 ms calls
     rows: list[dict[str, Any]] = []
     with SolverPool(2, "thread") as thread2, SolverPool(2, "process") as proc2, \
             SolverPool(2, "process", fallback=False) as forced2, SolverPool(backend="serial") as serial:
