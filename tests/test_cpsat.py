@@ -215,11 +215,11 @@ def test_python_and_numpy_scaling_agree(monkeypatch: pytest.MonkeyPatch, sense: 
     oracle = CPSATOracle(model, x, sense=sense)  # type: ignore[arg-type]
     rng = np.random.default_rng(0)
     for w in (rng.normal(size=300), np.round(rng.normal(size=300), 1), np.zeros(300), -np.ones(300)):
-        monkeypatch.setattr(cpsat_module, "_SMALL", 10**9)
+        monkeypatch.setattr(cpsat_module, "SMALL", 10**9)
         python = oracle._scaled_list(w)
-        monkeypatch.setattr(cpsat_module, "_SMALL", 0)
+        monkeypatch.setattr(cpsat_module, "SMALL", 0)
         numpy_ = oracle._scaled_list(w)
         assert python == numpy_
-    z = oracle.solve(w := rng.normal(size=300))  # the numpy path end to end (m = 300 > _SMALL)
+    z = oracle.solve(w := rng.normal(size=300))  # the numpy path end to end (m = 300 > SMALL)
     best = np.argsort(w)[:5] if sense == "min" else np.argsort(-w)[:5]
     assert sorted(np.flatnonzero(z).tolist()) == sorted(best.tolist())

@@ -23,7 +23,9 @@ import scipy.sparse as sp
 
 from ..errors import InvalidWeightsError, SolverTimeoutError, require
 
-__all__ = ["LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
+__all__ = ["SMALL", "LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
+
+SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Python (cheaper than numpy calls)
 
 
 def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
@@ -35,7 +37,8 @@ def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     if w.shape != (n_vars,):
         raise InvalidWeightsError(f"{owner} expects weights of shape ({n_vars},), got {w.shape}")
-    if not math.isfinite(w.sum()):
+    total = sum(w.tolist()) if n_vars <= SMALL else w.sum()  # small: no ufunc dispatch per solve
+    if not math.isfinite(total):
         with np.errstate(over="ignore"):
             if not np.isfinite(w).all():
                 raise InvalidWeightsError("weights contain NaN or inf")

@@ -16,11 +16,10 @@ import numpy as np
 
 from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
 from ..oracle import MapOracle
-from ._linear import LinearForm, check_single, unproven
+from ._linear import SMALL, LinearForm, check_single, unproven
 
 __all__ = ["CPSATOracle"]
 
-_SMALL = 256  # up to this many variables, scale weights in plain Python (cheaper than numpy calls)
 _MAX_OBJECTIVE = 2.0**60  # |Σ q_i z_i| must stay well inside int64 for CP-SAT's objective domain
 
 
@@ -260,7 +259,7 @@ class CPSATOracle(MapOracle):
         With ``checked=False`` the weights' shape is known but their finiteness is checked here.
         """
         sign = 1.0 if self.sense == "min" else -1.0  # c = ±w: costs to minimise
-        if w.size <= _SMALL:
+        if w.size <= SMALL:
             wl = w.tolist()
             if not checked and not math.isfinite(sum(wl)) and not all(map(math.isfinite, wl)):
                 raise InvalidWeightsError("weights contain NaN or inf")

@@ -36,13 +36,13 @@ from ..errors import (
     require,
 )
 from ..oracle import MapOracle
-from ._linear import LinearForm, check_single, unproven
+from ._linear import SMALL, LinearForm, check_single, unproven
 
 __all__ = ["PulpOracle"]
 
 # Outcome of one engine call: "optimal" | "feasible" (time limit, unproven) | "infeasible" | "unbounded"
 # | "timeout" (time limit, no feasible state) | "error".
-Outcome = tuple[str, np.ndarray | None, str]
+Outcome = tuple[str, "Sequence[float] | None", str]
 
 _CBC_PATH: str | None = None
 
@@ -244,7 +244,7 @@ class _CbcEngine:
                 tokens = tokens[1:]
             if len(tokens) >= 3:
                 values[int(tokens[0])] = float(tokens[2])
-        x = np.zeros(max(values, default=-1) + 1)
+        x = [0.0] * (max(values, default=-1) + 1)
         for j, v in values.items():
             x[j] = v
         return outcome, x, lines[0]
@@ -307,7 +307,7 @@ class _HighsEngine:
         status = h.getModelStatus()
         codes = self._status
         if status == codes.kOptimal:
-            return "optimal", np.asarray(h.getSolution().col_value), ""
+            return "optimal", h.getSolution().col_value, ""
         if status == codes.kInfeasible:
             return "infeasible", None, ""
         if status == codes.kUnbounded:
@@ -316,7 +316,7 @@ class _HighsEngine:
             return self._infeasible_or_unbounded(h, costs), None, ""
         if status == codes.kTimeLimit:
             if h.getInfo().primal_solution_status == 2:  # kSolutionStatusFeasible
-                return "feasible", np.asarray(h.getSolution().col_value), ""
+                return "feasible", h.getSolution().col_value, ""
             return "timeout", None, ""
         return "error", None, h.modelStatusToString(status)
 
@@ -353,7 +353,7 @@ class _PulpEngine:
         problem.solve(self.solver)
         sol = problem.sol_status
         if sol == pulp.LpSolutionOptimal or sol == pulp.LpSolutionIntegerFeasible:  # type: ignore[attr-defined]
-            x = np.array([v.varValue or 0.0 for v in self._vars], dtype=np.float64)
+            x = [float(v.varValue or 0.0) for v in self._vars]
             return ("optimal" if sol == pulp.LpSolutionOptimal else "feasible"), x, ""  # type: ignore[attr-defined]
         if sol == pulp.LpSolutionInfeasible or problem.status == pulp.LpStatusInfeasible:  # type: ignore[attr-defined]
             # Solvers (and PuLP's status mapping) often say "infeasible" for "infeasible or unbounded":
@@ -485,16 +485,18 @@ class PulpOracle(MapOracle):
         if outcome == "optimal" or outcome == "feasible":
             assert x is not None
             n = self.n_vars
-            if x.size >= n:
-                z = x[:n].copy()
-            else:  # CBC lists only the non-zero columns up to the last one
-                z = np.zeros(n)
-                z[: x.size] = x
-            if self._all_integer:
-                np.rint(z, out=z)  # snap solver noise off integers
-            elif self._some_integer:
-                z[self._integer] = np.rint(z[self._integer])
-            z += 0.0  # no −0.0
+            values = list(x[:n])
+            if len(values) < n:  # CBC lists only the non-zero columns up to the last one
+                values += [0.0] * (n - len(values))
+            if self._all_integer and n <= SMALL:
+                z = np.array([round(v) for v in values], dtype=np.float64)  # snap solver noise, no −0
+            else:
+                z = np.array(values, dtype=np.float64)
+                if self._all_integer:
+                    np.rint(z, out=z)
+                elif self._some_integer:
+                    z[self._integer] = np.rint(z[self._integer])
+                z += 0.0  # no −0.0
             if outcome == "feasible":
                 unproven(name, self.time_limit, self.strict)
             return z
