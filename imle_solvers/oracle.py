@@ -130,7 +130,8 @@ class MapOracle(abc.ABC):
                 f"{type(self).__name__} expects weights whose last dimension is n_vars={self.n_vars}, "
                 f"got shape {arr.shape}"
             )
-        bad = ~np.isfinite(arr.reshape(-1, self.n_vars)).all(axis=1)
+        rows = arr.reshape(-1, self.n_vars) if self.n_vars > 0 else np.empty((0, 0))  # [B, m]
+        bad = ~np.isfinite(rows).all(axis=1)
         if bad.any():
             raise InvalidWeightsError("weights contain NaN or inf", rows=np.flatnonzero(bad).tolist())
         return np.ascontiguousarray(arr, dtype=np.float64)
