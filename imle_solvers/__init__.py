@@ -38,6 +38,7 @@ _LAZY: dict[str, str] = {
     "ILP": ".ilp",
     "SolverPool": ".pool",
     "SolutionCache": ".pool",
+    "PoolPlan": ".pool",
     "CPSATOracle": ".adapters",
     "PulpOracle": ".adapters",
     "ShortestPath": ".adapters",
@@ -71,6 +72,7 @@ __all__ = [
     "OptimalTarget",
     "PerturbedOptimizer",
     "PerturbedTarget",
+    "PoolPlan",
     "PulpOracle",
     "SPOPlusLoss",
     "ShortestPath",
@@ -115,4 +117,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from .ilp import ILP
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]
-    from .pool import SolutionCache, SolverPool
+    from .pool import PoolPlan, SolutionCache, SolverPool
