@@ -167,7 +167,7 @@ class SumOfGamma(NoiseDistribution):
         k, s = float(self.k), int(self.s)
         gammas = _standard_gamma(1.0 / k, (*shape, s), device, dtype, generator)  # Gamma(1/k, 1)  [..., s]
         scale = k / torch.arange(1, s + 1, device=device, dtype=dtype)  # k/i               [s]
-        total = (gammas * scale).sum(dim=-1)  # Σ_i Gamma(1/k, k/i)                          [...]
+        total = gammas @ scale  # Σ_i (k/i)·Gamma(1/k, 1) = Σ_i Gamma(1/k, k/i)        [...]
         return (self.tau / k) * (total - math.log(s))  # (τ/k)(Σ − log s)
 
 
