@@ -175,6 +175,9 @@ def test_infeasible_and_batch_rows(backend: str) -> None:
     fractional = ILP(2, A_eq=[[2, 2]], b_eq=[1], bounds=(0, 3), backend=backend)  # type: ignore[arg-type]
     with pytest.raises(InfeasibleError):
         fractional.solve(np.ones(2))
+    no_integer = ILP(2, bounds=(0.2, 0.8), backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(InfeasibleError):
+        no_integer.solve(np.ones(2))
 
 
 @pytest.mark.parametrize("backend", ["cbc", "highs"])
@@ -291,3 +294,20 @@ def test_adapters_page_snippets_run() -> None:
             if line.startswith("print(") and "# " in line:
                 expected = line.split("# ", 1)[1].replace(" twice", "")
                 assert expected in out.getvalue(), (expected, out.getvalue())
+
+
+@pytest.mark.parametrize("pool_backend", ["process", "thread"])
+def test_solver_pool_ships_every_backend(pool_backend: str) -> None:
+    """A real SolverPool (processes unpickle the oracles, threads share them) gives the serial answers."""
+    from imle_solvers import SolverPool
+
+    A, b = assignment(3)
+    weights = np.random.default_rng(2).normal(size=(12, 9))
+    with SolverPool(workers=2, backend=pool_backend, fallback=False, min_parallel_seconds=0.0) as pool:
+        for backend in BACKENDS:
+            oracle = ILP(9, A_eq=A, b_eq=b, sense="max", backend=backend)  # type: ignore[arg-type]
+            np.testing.assert_array_equal(pool.solve_batch(oracle, weights), oracle.solve_batch(weights))
+        infeasible = ILP(3, A_eq=np.ones((1, 3)), b_eq=[5], backend="highs")
+        with pytest.raises(InfeasibleError) as err:
+            pool.solve_batch(infeasible, np.zeros((4, 3)))
+        assert err.value.rows and 0 <= err.value.rows[0] < 4
