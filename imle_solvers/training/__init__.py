@@ -150,7 +150,7 @@ def main(argv: Sequence[str]) -> int:
                         metavar="NAME", help=f"one or more of: {methods_help}; or 'all'")
     parser.add_argument("--epochs", type=int, default=None, help="default: 10")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 32 (35 for terrain)")
-    parser.add_argument("--lr", type=float, default=None, help="Adam learning rate (1e-2; 5e-3 terrain)")
+    parser.add_argument("--lr", type=float, default=None, help="Adam learning rate (1e-2; 5e-4 terrain)")
     parser.add_argument("--seed", "--seeds", dest="seeds", type=int, nargs="+", default=[0],
                         help="one or more seeds (data and initialisation)")
     parser.add_argument("--deg", type=int, default=1, help="polynomial degree of the cost model")

@@ -102,7 +102,7 @@ def make_problem(
         data = terrain_maps(n, size=size, seed=seed)
         train, test = data.split(n_train)
         return Problem(train, test, lambda: TerrainCNN(size), ClampedCosts(data.oracle, 0.0),
-                       {"lr": 5e-3, "batch_size": 35, "epochs": 10, "samples": 1, "bb_loss": "hamming",
+                       {"lr": 5e-4, "batch_size": 35, "epochs": 10, "samples": 1, "bb_loss": "hamming",
                         "dpo_samples": 10})
     raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
 
