@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import require
 from ..noise import Gumbel, SumOfGamma
 from ..report import format_table
 from .loop import evaluate, train_model
@@ -114,8 +115,11 @@ def summarize(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def plot_curves(results: Sequence[dict[str, Any]], path: str, title: str = "") -> None:
-    """PNG of the mean test regret after each epoch, one line per method (± std band)."""
-    import matplotlib
+    """PNG of the mean test regret after each epoch, one line per method (± std band).
+
+    Needs matplotlib (extra ``plot``): :class:`~imle_solvers.errors.MissingExtraError` otherwise.
+    """
+    matplotlib: Any = require("matplotlib", "plot")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
