@@ -39,6 +39,7 @@ _LAZY: dict[str, str] = {
     "SolverPool": ".pool",
     "SolutionCache": ".pool",
     "PoolPlan": ".pool",
+    "UnprovenSolutionWarning": ".adapters._linear",
     "CPSATOracle": ".adapters",
     "PulpOracle": ".adapters",
     "ShortestPath": ".adapters",
@@ -85,6 +86,7 @@ __all__ = [
     "TopK",
     "TorchOracle",
     "UnboundedError",
+    "UnprovenSolutionWarning",
     "WorkerCrashedError",
     "__version__",
     "hamming_loss",
@@ -115,6 +117,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShortestPath,
         SpanningTree,
     )
+    from .adapters._linear import UnprovenSolutionWarning
     from .ilp import ILP
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]
     from .pool import PoolPlan, SolutionCache, SolverPool
