@@ -30,8 +30,9 @@ METHODS = ("imle-mumu", "spo+", "two-stage")
 
 def main(argv: Sequence[str] = ()) -> int:
     """Run the demo; ``--epochs``, ``--deg``, ``--seed``, ``--quiet``. Returns the exit status."""
-    parser = argparse.ArgumentParser(prog="imle-solvers demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="imle-solvers demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--deg", type=int, default=4, help="polynomial degree of the cost model")
     parser.add_argument("--seed", type=int, default=0)
@@ -42,10 +43,20 @@ def main(argv: Sequence[str] = ()) -> int:
     from ..training import run
 
     start = time.perf_counter()
-    print(f"shortest path on a 5x5 grid: linear model, {args.n_train} training / 1000 test instances, "
-          f"deg {args.deg}, {args.epochs} epochs\n", flush=True)
-    results = run("shortest-path", METHODS, seeds=[args.seed], epochs=args.epochs, n_train=args.n_train,
-                  deg=args.deg, show_progress=not args.quiet)
+    print(
+        f"shortest path on a 5x5 grid: linear model, {args.n_train} training / 1000 test instances, "
+        f"deg {args.deg}, {args.epochs} epochs\n",
+        flush=True,
+    )
+    results = run(
+        "shortest-path",
+        METHODS,
+        seeds=[args.seed],
+        epochs=args.epochs,
+        n_train=args.n_train,
+        deg=args.deg,
+        show_progress=not args.quiet,
+    )
     rows = [
         {
             "method": r["method"],
