@@ -18,6 +18,7 @@ from .errors import (
     NegativeCycleError,
     SolverTimeoutError,
     UnboundedError,
+    UnprovenSolutionWarning,
     WorkerCrashedError,
 )
 from .estimators import STE, Blackbox, PerturbedOptimizer
@@ -39,7 +40,6 @@ _LAZY: dict[str, str] = {
     "SolverPool": ".pool",
     "SolutionCache": ".pool",
     "PoolPlan": ".pool",
-    "UnprovenSolutionWarning": ".adapters._linear",
     "CPSATOracle": ".adapters",
     "PulpOracle": ".adapters",
     "ShortestPath": ".adapters",
@@ -117,7 +117,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShortestPath,
         SpanningTree,
     )
-    from .adapters._linear import UnprovenSolutionWarning
     from .ilp import ILP
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]
     from .pool import PoolPlan, SolutionCache, SolverPool

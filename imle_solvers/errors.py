@@ -14,6 +14,8 @@ Hierarchy::
     ├── NegativeCycleError                              shortest path with a negative cycle
     ├── WorkerCrashedError                              a pool worker died mid-call
     └── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
+
+    UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "NegativeCycleError",
     "SolverTimeoutError",
     "UnboundedError",
+    "UnprovenSolutionWarning",
     "WorkerCrashedError",
 ]
 
@@ -117,6 +120,13 @@ class WorkerCrashedError(ImleSolversError):
 
 class MissingExtraError(ImleSolversError, ImportError):
     """An optional dependency is missing; the message names the ``pip install 'imle-solvers[extra]'``."""
+
+
+class UnprovenSolutionWarning(RuntimeWarning):
+    """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway).
+
+    Pass ``strict=True`` to an adapter to get :class:`SolverTimeoutError` instead.
+    """
 
 
 def require(module: str, extra: str) -> object:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InvalidWeightsError, SolverTimeoutError, require
+from ..errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning, require
 
 __all__ = ["SMALL", "LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
 
@@ -43,10 +43,6 @@ def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
             if not np.isfinite(w).all():
                 raise InvalidWeightsError("weights contain NaN or inf")
     return w
-
-
-class UnprovenSolutionWarning(RuntimeWarning):
-    """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway)."""
 
 
 def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str = "") -> None:

@@ -48,7 +48,7 @@ class CPSATOracle(MapOracle):
         across instances instead).
     strict
         When the time limit stops the search with a feasible but unproven state: ``False`` returns it
-        with an :class:`~imle_solvers.adapters._linear.UnprovenSolutionWarning`, ``True`` raises
+        with an :class:`~imle_solvers.errors.UnprovenSolutionWarning`, ``True`` raises
         :class:`~imle_solvers.SolverTimeoutError`.
     hint
         Hint the previous solution to CP-SAT (default ``True``).
