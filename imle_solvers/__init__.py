@@ -7,9 +7,9 @@ solver adapters, the ILP front end, pools, losses and data sets are loaded on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ._lazy import lazy_exports
 from .errors import (
     ImleSolversError,
     InfeasibleError,
@@ -95,17 +95,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'imle_solvers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only

@@ -94,15 +94,20 @@ def _shutdown(workers: list[_Worker], grace: float) -> None:
         with contextlib.suppress(Exception):
             w.process.join(max(0.0, end - time.monotonic()))
     for w in workers:
-        with contextlib.suppress(Exception):
-            if w.process.is_alive():
-                w.process.kill()
-            w.process.join(5.0)
-        with contextlib.suppress(Exception):
-            w.conn.close()
-        with contextlib.suppress(Exception):
-            w.process.close()
+        _kill(w)
     workers.clear()
+
+
+def _kill(w: _Worker) -> None:
+    """Kill one worker if it still runs, reap it, close its pipe and process handle."""
+    with contextlib.suppress(Exception):
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join(5.0)
+    with contextlib.suppress(Exception):
+        w.conn.close()
+    with contextlib.suppress(Exception):
+        w.process.close()
 
 
 class ProcessFleet:
@@ -191,14 +196,7 @@ class ProcessFleet:
     def _discard(self, w: _Worker) -> None:
         with contextlib.suppress(ValueError):
             self.workers.remove(w)
-        with contextlib.suppress(Exception):
-            if w.process.is_alive():
-                w.process.kill()
-            w.process.join(5.0)
-        with contextlib.suppress(Exception):
-            w.conn.close()
-        with contextlib.suppress(Exception):
-            w.process.close()
+        _kill(w)
 
     def _replace(self, w: _Worker) -> None:
         if not w.ready:

@@ -12,8 +12,9 @@ installed raises :class:`~imle_solvers.errors.MissingExtraError` naming the extr
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
     "CPSATOracle": ".cpsat",
@@ -28,17 +29,7 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'imle_solvers.adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover

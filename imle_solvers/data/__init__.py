@@ -9,9 +9,9 @@ Each returns a :class:`PTODataset` whose ``oracle`` solves the problem.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from .dataset import PTODataset, solve_optimal
 from .shortest_path import shortest_path
 
@@ -20,13 +20,7 @@ _LAZY: dict[str, str] = {"knapsack": ".knapsack", "terrain_maps": ".terrain"}
 __all__ = ["PTODataset", "knapsack", "shortest_path", "solve_optimal", "terrain_maps"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'imle_solvers.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover
