@@ -14,7 +14,7 @@ __all__ = ["COMMANDS", "main"]
 
 #: command -> (module with ``main(argv)``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("imle_solvers.experiments.demo", "a short end-to-end run: progress bar and result table"),
+    "demo": ("imle_solvers.experiments.pto_demo", "short predict-then-optimize run (I-MLE, SPO+, 2-stage)"),
     "toy": ("imle_solvers.experiments.topk_toy", "the paper's synthetic top-k experiment (sec. 6)"),
     "train": ("imle_solvers.training", "predict-then-optimize training with regret, SPO+, I-MLE, ..."),
     "bench": ("imle_solvers.benchmarks", "performance benchmarks: adapters, pool, layer"),

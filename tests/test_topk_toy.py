@@ -287,14 +287,6 @@ def test_toy_command_rejects_bad_options(tmp_path) -> None:  # type: ignore[no-u
     assert err.value.code == 2
 
 
-def test_demo_command_prints_a_table(capsys) -> None:  # type: ignore[no-untyped-def]
-    assert cli.main(["demo", "--tiny"]) == 0
-    out = capsys.readouterr().out
-    assert "| method" in out and "final L (mean ± std)" in out
-    for name in ("I-MLE SoG(5,1,10)", "I-MLE Gumbel(0,1)", "STE Gumbel(0,1)", "SFE exact"):
-        assert name in out
-
-
 def test_compare_grid_counts_pointwise_wins() -> None:
     result = run_toy(**TINY)  # type: ignore[arg-type]
     cmp = topk_toy.compare_grid(result)

@@ -137,3 +137,13 @@ def test_adam_matches_the_textbook_update() -> None:
         close(p.detach(), expected)
     opt.zero_grad()
     assert p.grad is None
+
+
+def test_demo_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from imle_solvers import cli
+
+    assert cli.main(["demo", "--epochs", "1", "--n-train", "200", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| method" in out and "test regret" in out
+    for name in ("imle-mumu", "spo+", "two-stage"):
+        assert name in out
