@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .errors import ImleSolversError, InvalidWeightsError
-from .oracle import MapOracle
+from .oracle import MapOracle, check_oracle
 
 if TYPE_CHECKING:
     from .oracle import BatchSolver
@@ -49,8 +49,7 @@ class SolutionCache(MapOracle):
 
     def __init__(self, oracle: MapOracle, p: float = 0.5, max_size: int = 2048, seed: int | None = None,
                  pool: BatchSolver | None = None) -> None:
-        if not isinstance(oracle, MapOracle):
-            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+        check_oracle(oracle)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"p must be in [0, 1], got {p}")
         if int(max_size) != max_size or max_size < 1:

@@ -25,7 +25,16 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from .noise import NoiseDistribution, NoNoise, SumOfGamma
-from .oracle import BatchSolver, MapOracle, TorchOracle, check_weights, map_solve, sense_sign
+from .oracle import (
+    BatchSolver,
+    MapOracle,
+    TorchOracle,
+    check_oracle,
+    check_samples,
+    check_weights,
+    map_solve,
+    sense_sign,
+)
 from .target import PerturbedTarget, Solve, TargetDistribution
 
 __all__ = ["IMLE", "GradientRule", "PerturbAndMAP", "PerturbAndMAPLayer", "imle"]
@@ -132,10 +141,8 @@ class PerturbAndMAPLayer(nn.Module):
         check_finite: bool | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(oracle, MapOracle):
-            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
-        if int(samples) != samples or samples < 1:
-            raise ValueError(f"samples must be a positive integer, got {samples}")
+        check_oracle(oracle)
+        check_samples(samples)
         self.oracle = oracle
         self.noise = noise.resolve(oracle)
         self.rule = rule

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .noise import NoiseDistribution, Normal
-from .oracle import BatchSolver, MapOracle, check_weights, map_solve, sense_sign
+from .oracle import BatchSolver, MapOracle, check_oracle, check_samples, check_weights, map_solve, sense_sign
 
 __all__ = ["FenchelYoungLoss", "SPOPlusLoss", "hamming_loss", "regret"]
 
@@ -172,8 +172,7 @@ class SPOPlusLoss(nn.Module):
 
     def __init__(self, oracle: MapOracle, pool: BatchSolver | None = None, reduction: Reduction = "mean"):
         super().__init__()
-        if not isinstance(oracle, MapOracle):
-            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+        check_oracle(oracle)
         self.oracle = oracle
         self.pool = pool
         self.reduction: Reduction = reduction
@@ -269,10 +268,8 @@ class FenchelYoungLoss(nn.Module):
         reduction: Reduction = "mean",
     ) -> None:
         super().__init__()
-        if not isinstance(oracle, MapOracle):
-            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
-        if int(samples) != samples or samples < 1:
-            raise ValueError(f"samples must be a positive integer, got {samples}")
+        check_oracle(oracle)
+        check_samples(samples)
         self.oracle = oracle
         self.noise = (Normal(sigma) if noise is None else noise).resolve(oracle)
         self.samples = int(samples)

@@ -31,6 +31,8 @@ __all__ = [
     "BatchSolver",
     "MapOracle",
     "TorchOracle",
+    "check_oracle",
+    "check_samples",
     "check_weights",
     "map_solve",
     "sense_sign",
@@ -169,6 +171,20 @@ class BatchSolver(Protocol):
     def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
         """Solve ``(N, m)`` oracle-sense weights, returning ``(N, m)`` states in row order."""
         ...
+
+
+def check_oracle(oracle: object) -> MapOracle:
+    """Return ``oracle`` if it is a :class:`MapOracle`, else raise ``TypeError`` (layers, losses, pools)."""
+    if not isinstance(oracle, MapOracle):
+        raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+    return oracle
+
+
+def check_samples(samples: int) -> int:
+    """Return ``samples`` as an int if it is a positive integer, else raise ``ValueError``."""
+    if int(samples) != samples or samples < 1:
+        raise ValueError(f"samples must be a positive integer, got {samples}")
+    return int(samples)
 
 
 def sense_sign(oracle: MapOracle) -> float:

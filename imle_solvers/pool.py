@@ -29,7 +29,7 @@ import numpy as np
 from ._pool_cache import SolutionCache
 from ._pool_worker import ChunkError, raise_failure, solve_chunk
 from .errors import InvalidWeightsError, SolverTimeoutError
-from .oracle import MapOracle, TorchOracle
+from .oracle import MapOracle, TorchOracle, check_oracle
 
 __all__ = ["PoolPlan", "SolutionCache", "SolverPool"]
 
@@ -403,8 +403,7 @@ class SolverPool:
             The process backend was given an oracle that cannot be pickled.
         """
         self._check_open()
-        if not isinstance(oracle, MapOracle):
-            raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
+        check_oracle(oracle)
         if isinstance(oracle, SolutionCache):  # answers cached rows itself, sends the rest back here
             return oracle.solve_batch(weights, pool=self)
         weights = oracle.validate(weights)

@@ -4,7 +4,8 @@ Suites (one module each, exposing ``run(quick: bool) -> list[dict]`` rows):
 
 * ``adapters`` — per-call time of each adapter vs its bare solver call (``adapters.py``);
 * ``pool`` — serial vs thread vs process pools, and the layer step vs the bare solves (``pool.py``);
-* ``layer`` — the I-MLE step vs the two raw oracle calls it makes (``layer.py``).
+* ``layer`` — the I-MLE step vs the two raw oracle calls it makes (``layer.py``);
+* ``pto`` — seconds per training epoch vs PyEPO's I-MLE on its shortest-path protocol (``pto.py``).
 
 Timing helpers live here so that every suite measures the same way.
 """
@@ -26,6 +27,7 @@ SUITES: dict[str, str] = {
     "adapters": "imle_solvers.benchmarks.adapters",
     "pool": "imle_solvers.benchmarks.pool",
     "layer": "imle_solvers.benchmarks.layer",
+    "pto": "imle_solvers.benchmarks.pto",
 }
 
 
