@@ -1,7 +1,7 @@
 """PuLP models as MAP oracles, solved by CBC (bundled with PuLP) or HiGHS; the objective changes per call.
 
 What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortest path, see
-``docs/_bench/adapters_ilp.md``):
+``docs/benchmarks.md``):
 
 * ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python and writes it as MPS, starts a
   ``cbc`` process and parses its solution file. :class:`PulpOracle` reads the constraints **once**,
