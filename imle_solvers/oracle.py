@@ -25,7 +25,7 @@ import torch
 from .errors import ImleSolversError, InvalidWeightsError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
 __all__ = [
     "BatchSolver",
@@ -101,12 +101,18 @@ class MapOracle(abc.ABC):
             raise InvalidWeightsError(f"solve_batch expects a (B, {self.n_vars}) array, got {weights.shape}")
         return self._solve_rows(weights, range(weights.shape[0]))
 
-    def _solve_rows(self, weights: np.ndarray, rows: Sequence[int]) -> np.ndarray:
-        """Loop :meth:`solve` over already-validated rows; ``rows`` are the indices used in errors."""
+    def _solve_rows(
+        self,
+        weights: np.ndarray,
+        rows: Sequence[int],
+        solve: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> np.ndarray:
+        """Loop ``solve`` (default :meth:`solve`) over validated rows; errors are tagged with ``rows``."""
+        solve = self.solve if solve is None else solve
         out = np.empty(weights.shape, dtype=np.float64)
         for i, row in enumerate(rows):
             try:
-                out[i] = self.solve(weights[i])
+                out[i] = solve(weights[i])
             except ImleSolversError as err:
                 if not err.rows:
                     err.with_rows([row])

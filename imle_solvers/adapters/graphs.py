@@ -93,15 +93,7 @@ class _GraphOracle(MapOracle):
         return self._solve_many(w)
 
     def _solve_many(self, w: np.ndarray) -> np.ndarray:
-        out = np.empty(w.shape, dtype=np.float64)
-        for i in range(w.shape[0]):
-            try:
-                out[i] = self._solve(w[i])
-            except ImleSolversError as err:
-                if not err.rows:
-                    err.with_rows([i])
-                raise
-        return out
+        return self._solve_rows(w, range(w.shape[0]), self._solve)  # row-tagged errors
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
