@@ -59,7 +59,8 @@ class MapOracle(abc.ABC):
     Notes
     -----
     ``solve`` must be correct for *any* finite weights, negative ones included (perturbations and SPO+'s
-    ``2ĉ − c`` produce them), or raise a typed error from :mod:`imle_solvers.errors`.
+    ``2ĉ − c`` produce them), or raise a typed error from :mod:`imle_solvers.errors`. It must not
+    modify ``weights`` in place (they may be a view of the caller's tensor).
     Ties may be broken arbitrarily but deterministically.
     """
 
@@ -269,8 +270,10 @@ def _to_host(weights: torch.Tensor) -> np.ndarray:
     if w.device.type == "cuda":
         staging = torch.empty(w.shape, dtype=w.dtype, pin_memory=True)
         staging.copy_(w)  # synchronous: the solver needs the values now
-        return staging.numpy().astype(np.float64)
-    return w.to(torch.float64).numpy().copy() if w.dtype != torch.float64 else w.numpy().copy()
+        return staging.numpy().astype(np.float64, copy=False)
+    # No defensive copy: oracles must not modify their input (see MapOracle); float32 → float64 is the
+    # one copy, and a float64 batch is handed over as a view.
+    return w.to(torch.float64).numpy()
 
 
 def _to_device(states: np.ndarray, like: torch.Tensor) -> torch.Tensor:
