@@ -47,6 +47,7 @@ _LAZY: dict[str, str] = {
     "Matching": ".adapters",
     "SpanningTree": ".adapters",
     "DAGShortestPath": ".adapters",
+    "ClampedCosts": ".adapters",
 }
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "AdaptiveTarget",
     "Blackbox",
     "CPSATOracle",
+    "ClampedCosts",
     "DAGShortestPath",
     "FenchelYoungLoss",
     "GridShortestPath",
@@ -100,7 +102,9 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .adapters import (
+        ClampedCosts,
         CPSATOracle,
+        DAGShortestPath,
         GridShortestPath,
         Matching,
         PulpOracle,

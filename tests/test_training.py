@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from imle_solvers import ClampedCosts
 from imle_solvers.data import shortest_path
 from imle_solvers.training import METHODS, build_method, evaluate, main, train_model
 from imle_solvers.training.methods import scale_grad
 from imle_solvers.training.models import TerrainCNN, linear_model
-from imle_solvers.training.problems import ClampedCosts
 from tests.helpers import EnumOracle
 
 

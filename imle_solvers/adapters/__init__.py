@@ -8,6 +8,7 @@ installed raises :class:`~imle_solvers.errors.MissingExtraError` naming the extr
 * ``graphs.py`` — :class:`ShortestPath`, :class:`GridShortestPath`, :class:`Matching`,
   :class:`SpanningTree` (NetworkX / SciPy, extra ``graphs``)
 * ``dag.py``    — :class:`DAGShortestPath`, a batched device-native (torch) DAG shortest path
+* ``clamp.py``  — :class:`ClampedCosts`, ``max(c, floor)`` before a cost oracle (no negative cycles)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ _LAZY: dict[str, str] = {
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
     "DAGShortestPath": ".dag",
+    "ClampedCosts": ".clamp",
 }
 
 __all__ = sorted(_LAZY)
@@ -33,6 +35,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .clamp import ClampedCosts  # noqa: F401
     from .cpsat import CPSATOracle  # noqa: F401
     from .dag import DAGShortestPath  # noqa: F401
     from .graphs import GridShortestPath, Matching, ShortestPath, SpanningTree  # noqa: F401
