@@ -119,26 +119,6 @@ def test_clamped_costs_and_terrain_model() -> None:
     assert costs.shape == (2, 16) and torch.all(costs > 0)
 
 
-def test_adam_matches_the_textbook_update() -> None:
-    from imle_solvers.training.optim import Adam
-
-    p = torch.tensor([1.0, -2.0], requires_grad=True)
-    opt = Adam([p], lr=0.1)
-    grads = [torch.tensor([0.5, -1.0]), torch.tensor([0.2, 3.0])]
-    m = torch.zeros(2)
-    v = torch.zeros(2)
-    expected = torch.tensor([1.0, -2.0])
-    for t, g in enumerate(grads, start=1):
-        p.grad = g.clone()
-        opt.step()
-        m = 0.9 * m + 0.1 * g
-        v = 0.999 * v + 0.001 * g * g
-        expected = expected - 0.1 * (m / (1 - 0.9**t)) / ((v / (1 - 0.999**t)).sqrt() + 1e-8)
-        close(p.detach(), expected)
-    opt.zero_grad()
-    assert p.grad is None
-
-
 def test_demo_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     from imle_solvers import cli
 

@@ -14,7 +14,6 @@ from tqdm.auto import tqdm
 from ..data.dataset import PTODataset
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
 from .methods import build_method
-from .optim import Adam
 
 __all__ = ["evaluate", "train_model"]
 
@@ -111,7 +110,7 @@ def train_model(
     torch.manual_seed(seed)
     method = build_method(method_name, oracle, pool=pool, **(method_options or {}))
     params = list(model.parameters())
-    opt = Adam(params, lr=lr)
+    opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
     first = evaluate(model, test, pool=pool)
     curve, acc_curve = [first["regret"]], [first["accuracy"]]
@@ -140,7 +139,8 @@ def train_model(
             if show_progress:
                 bar.set_postfix(loss=f"{running / seen:.4g}", refresh=False)  # the running loss
         if epoch + 1 in lr_milestones:
-            opt.lr *= 0.1
+            for group in opt.param_groups:
+                group["lr"] *= 0.1
         times.append(time.perf_counter() - start)
         losses.append(running / max(seen, 1))
         ev = evaluate(model, test, pool=pool)
