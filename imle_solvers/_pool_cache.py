@@ -16,7 +16,7 @@ __all__ = ["SolutionCache"]
 
 
 class SolutionCache(MapOracle):
-    """A :class:`~imle_solvers.MapOracle` wrapper that answers a fraction ``p`` of rows from a cache.
+    """A [`MapOracle`][imle_solvers.MapOracle] wrapper that answers a fraction ``p`` of rows from a cache.
 
     Solution caching as in Mulamba, Mandi, Diligenti, Lombardi, Bucarey & Guns, "Contrastive losses and
     solution caching for predict-and-optimize" (IJCAI 2021): every state the solver returns is feasible,
@@ -37,7 +37,7 @@ class SolutionCache(MapOracle):
     seed
         Seed of the generator that draws which rows use the cache.
     pool
-        Optional :class:`~imle_solvers.SolverPool` for the rows that reach the solver. A pool that is
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for the rows that reach the solver. A pool that is
         handed a ``SolutionCache`` (``pool.solve_batch(cache, w)``, e.g. as ``IMLE(cache, pool=pool)``)
         uses itself for those rows; the cache always stays in the caller's process.
 
@@ -107,7 +107,7 @@ class SolutionCache(MapOracle):
         return self._states[best]  # [B, m]
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        """One ``(m,)`` instance (through :meth:`solve_batch`)."""
+        """One ``(m,)`` instance (through `solve_batch`)."""
         return self.solve_batch(np.asarray(weights)[None])[0]
 
     def solve_batch(self, weights: np.ndarray, pool: BatchSolver | None = None) -> np.ndarray:

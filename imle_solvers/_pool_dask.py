@@ -1,4 +1,4 @@
-"""The Dask backend of :class:`~imle_solvers.SolverPool`: the same calls on a ``dask.distributed`` cluster.
+"""The Dask backend of [`SolverPool`][imle_solvers.pool.SolverPool]: the same calls on a ``dask.distributed`` cluster.
 
 The oracle is scattered once to every worker (``client.scatter(oracle, broadcast=True)``) and the
 resulting future is reused by every later call; each call submits one task per row chunk and gathers
@@ -26,10 +26,10 @@ class DaskRunner:
     Parameters
     ----------
     workers
-        Worker processes of the :class:`distributed.LocalCluster` started when neither ``client`` nor
+        Worker processes of the `distributed.LocalCluster` started when neither ``client`` nor
         ``address`` is given.
     client
-        An existing :class:`distributed.Client` (not closed by the pool).
+        An existing `distributed.Client` (not closed by the pool).
     address
         A scheduler address such as ``"tcp://10.0.0.5:8786"``; the pool opens (and closes) a client.
     """

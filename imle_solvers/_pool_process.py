@@ -1,4 +1,4 @@
-"""The process backend of :class:`~imle_solvers.SolverPool`: persistent worker processes on pipes.
+"""The process backend of [`SolverPool`][imle_solvers.pool.SolverPool]: persistent worker processes on pipes.
 
 Design
 ------
@@ -6,7 +6,7 @@ Design
   started threads) with ``OMP_NUM_THREADS=1`` & co. in their environment and ``torch.set_num_threads(1)``
   in their initialiser, so that ``W`` solvers use ``W`` cores and not ``W × cores`` threads.
 * One duplex pipe per worker. The caller thread drives everything with
-  :func:`multiprocessing.connection.wait` over the pipes *and* the process sentinels, so a worker that
+  `multiprocessing.connection.wait` over the pipes *and* the process sentinels, so a worker that
   dies (SIGKILL, segfault) is noticed at once, and a time-out is a plain ``wait`` time-out.
 * An oracle is pickled once by the pool and sent to a worker once (keyed by a token); workers keep up
   to ``max_oracles`` of them (least recently used first out).

@@ -1,6 +1,6 @@
-"""What runs inside a :class:`~imle_solvers.SolverPool` worker: chunk solving, failures, the process loop.
+"""What runs inside a [`SolverPool`][imle_solvers.pool.SolverPool] worker: chunk solving, failures, the process loop.
 
-Every backend (in-process, thread, process, Dask) solves rows through :func:`solve_chunk`, so a
+Every backend (in-process, thread, process, Dask) solves rows through `solve_chunk`, so a
 failing row is reported the same way everywhere: the *global* batch row, the exception and the
 traceback text of the place it was raised.
 
@@ -70,7 +70,7 @@ class ChunkFailure:
 
 
 class ChunkError(Exception):
-    """Raised by :func:`solve_chunk`; carries a :class:`ChunkFailure` (and the live exception)."""
+    """Raised by `solve_chunk`; carries a `ChunkFailure` (and the live exception)."""
 
     def __init__(self, failure: ChunkFailure, exc: BaseException) -> None:
         super().__init__(failure.message)
@@ -121,7 +121,7 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
         Where this runs, for error messages.
     deadline
         ``time.perf_counter()`` value after which no new row is started (a soft limit: checked
-        between rows; :class:`~imle_solvers.errors.SolverTimeoutError` names the unstarted rows).
+        between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted rows).
 
     Returns
     -------
@@ -163,12 +163,12 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
 def raise_failure(failure: ChunkFailure, live: BaseException | None = None) -> NoReturn:
     """Re-raise a failed row in the caller: the original type where possible, with ``.rows`` set.
 
-    * library errors (:class:`~imle_solvers.errors.ImleSolversError`) get the global rows through
+    * library errors ([`ImleSolversError`][imle_solvers.errors.ImleSolversError]) get the global rows through
       ``with_rows``;
     * other exceptions keep their type, get a ``rows`` attribute and a note naming the row;
     * for a remote failure the worker's traceback text is attached as ``worker_traceback``, as the
       ``__cause__`` (printed above the caller's traceback) and in the message of the fallback
-      :class:`~imle_solvers.errors.ImleSolversError` used when the exception could not be pickled.
+      [`ImleSolversError`][imle_solvers.errors.ImleSolversError] used when the exception could not be pickled.
     """
     remote = live is None
     exc = live if live is not None else failure.exc

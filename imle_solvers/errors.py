@@ -1,4 +1,4 @@
-"""Typed errors raised by :mod:`imle_solvers`.
+"""Typed errors raised by `imle_solvers`.
 
 Every error that concerns particular rows of a batch carries them in ``.rows`` (flat row indices of
 the ``(B·S, m)`` batch that reached the oracle, or of the ``(..., m)`` weights the user passed) and
@@ -42,7 +42,7 @@ def _format_rows(rows: Sequence[int], limit: int = 10) -> str:
 
 
 class ImleSolversError(Exception):
-    """Base class of every error raised by :mod:`imle_solvers`.
+    """Base class of every error raised by `imle_solvers`.
 
     Parameters
     ----------
@@ -125,12 +125,12 @@ class MissingExtraError(ImleSolversError, ImportError):
 class UnprovenSolutionWarning(RuntimeWarning):
     """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway).
 
-    Pass ``strict=True`` to an adapter to get :class:`SolverTimeoutError` instead.
+    Pass ``strict=True`` to an adapter to get [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] instead.
     """
 
 
 def require(module: str, extra: str) -> object:
-    """Import an optional dependency or raise :class:`MissingExtraError` naming the extra to install.
+    """Import an optional dependency or raise [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming the extra to install.
 
     Parameters
     ----------

@@ -1,11 +1,11 @@
 """Baseline gradient estimators on the same oracle API as I-MLE, for head-to-head comparisons.
 
-All of them run through :class:`~imle_solvers.imle.PerturbAndMAP` (the one autograd function of the
+All of them run through [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP] (the one autograd function of the
 library); they differ in the forward noise and the backward *gradient rule*:
 
-* :class:`STE` — straight-through: ``∂z/∂θ ≈ I`` (Bengio et al. 2013; paper sec. 3.1).
-* :class:`Blackbox` — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ`` (= I-MLE with δ₀ noise).
-* :class:`PerturbedOptimizer` — Berthet et al. 2020: the expected perturbed MAP with its Gaussian
+* [`STE`][imle_solvers.STE] — straight-through: ``∂z/∂θ ≈ I`` (Bengio et al. 2013; paper sec. 3.1).
+* [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ`` (= I-MLE with δ₀ noise).
+* [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed MAP with its Gaussian
   score-function Jacobian.
 """
 
@@ -54,7 +54,7 @@ class STE(PerturbAndMAPLayer):
     """Straight-through estimator over perturb-and-MAP samples (paper sec. 3.1, appendix toy setup).
 
     Forward ``z = MAP(θ + ε)``; backward passes ``∇z L`` through unchanged (in θ-space: for a ``"min"``
-    oracle the cost gradient is ``−∇z L``). Output shapes as for :class:`~imle_solvers.IMLE`.
+    oracle the cost gradient is ``−∇z L``). Output shapes as for [`IMLE`][imle_solvers.IMLE].
 
     Parameters
     ----------
@@ -63,7 +63,7 @@ class STE(PerturbAndMAPLayer):
     noise
         ρ(ε), default Gumbel(0, 1) (the paper found STE slightly better with Gumbel than SoG).
     samples, pool, generator, check_finite
-        As for :class:`~imle_solvers.IMLE`.
+        As for [`IMLE`][imle_solvers.IMLE].
     """
 
     def __init__(
@@ -97,7 +97,7 @@ class Blackbox(PerturbAndMAPLayer):
     lam
         λ > 0, the interpolation strength.
     pool, check_finite
-        As for :class:`~imle_solvers.IMLE`.
+        As for [`IMLE`][imle_solvers.IMLE].
     """
 
     def __init__(
@@ -131,7 +131,7 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     samples
         M, the number of perturbations.
     pool, generator, check_finite
-        As for :class:`~imle_solvers.IMLE`.
+        As for [`IMLE`][imle_solvers.IMLE].
     """
 
     def __init__(

@@ -49,7 +49,7 @@ class ILP(MapOracle):
         Seconds per solve, or ``None``.
     strict
         Time limit reached with a feasible but unproven state: ``False`` (default) returns it with a
-        warning, ``True`` raises :class:`~imle_solvers.SolverTimeoutError`.
+        warning, ``True`` raises [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     **options
         Passed to the back end's oracle (e.g. ``resolution=`` for CP-SAT, ``persistent=`` for CBC).
 
@@ -59,7 +59,7 @@ class ILP(MapOracle):
         ``⟨z, 1⟩`` when the constraints fix it: every variable 0/1 and equality rows of ones that
         partition the variables (their right-hand sides add up); otherwise ``None``.
     oracle
-        The back-end oracle (:class:`~imle_solvers.CPSATOracle` or :class:`~imle_solvers.PulpOracle`).
+        The back-end oracle ([`CPSATOracle`][imle_solvers.CPSATOracle] or [`PulpOracle`][imle_solvers.PulpOracle]).
 
     Raises
     ------
@@ -71,9 +71,9 @@ class ILP(MapOracle):
 
     Notes
     -----
-    :meth:`solve` raises :class:`~imle_solvers.InfeasibleError` (no feasible state),
-    :class:`~imle_solvers.UnboundedError` (``"cbc"``/``"highs"``; CP-SAT needs finite bounds) and
-    :class:`~imle_solvers.SolverTimeoutError` (time limit without a feasible state). Negative weights
+    `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
+    [`UnboundedError`][imle_solvers.errors.UnboundedError] (``"cbc"``/``"highs"``; CP-SAT needs finite bounds) and
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a feasible state). Negative weights
     are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
     ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
@@ -158,7 +158,7 @@ class ILP(MapOracle):
         sense
             Default: the problem's sense.
         backend, time_limit, strict, options
-            As for :class:`ILP`; any back end works (CP-SAT needs integer variables with finite bounds).
+            As for [`ILP`][imle_solvers.ILP]; any back end works (CP-SAT needs integer variables with finite bounds).
         """
         from .errors import require
 
@@ -171,7 +171,7 @@ class ILP(MapOracle):
         return self
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` instance on the back end (weights in :attr:`sense`, negative ones included)."""
+        """Solve one ``(m,)`` instance on the back end (weights in `sense`, negative ones included)."""
         return self.oracle.solve(weights)
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """The I-MLE layer: perturb-and-MAP forward, target MAP backward (paper, Algorithm 1 and eq. 7).
 
-One :class:`torch.autograd.Function`, :class:`PerturbAndMAP`, is defined here and shared by every
+One `torch.autograd.Function`, [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP], is defined here and shared by every
 estimator of the library (I-MLE, STE, blackbox, perturbed optimizers): they differ only in the noise
 drawn in the forward pass and in the *gradient rule* applied in the backward pass.
 
@@ -9,7 +9,7 @@ Forward (per row of θ, S samples)::
     ε ~ ρ(ε)                      [N, S, m]
     z = MAP(θ + ε)                [N, S, m]     one batched oracle / pool call
 
-Backward (gradient rule, e.g. a :class:`~imle_solvers.target.TargetDistribution`)::
+Backward (gradient rule, e.g. a [`TargetDistribution`][imle_solvers.TargetDistribution])::
 
     θ' = θ − λ ∇z L               [N, S, m]
     ∇θ L ≈ mean_S [z − MAP(θ' + ε)] / λ       one batched oracle / pool call
@@ -122,11 +122,11 @@ class PerturbAndMAPLayer(nn.Module):
     samples
         S, the number of perturb-and-MAP samples per row.
     pool
-        Optional :class:`~imle_solvers.SolverPool` for solver-backed oracles.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
     generator
-        Optional :class:`torch.Generator` (on the weights' device) for reproducible noise.
+        Optional `torch.Generator` (on the weights' device) for reproducible noise.
     check_finite
-        Check weights for NaN/inf before solving. ``None``: always, except for a :class:`TorchOracle`
+        Check weights for NaN/inf before solving. ``None``: always, except for a [`TorchOracle`][imle_solvers.imle.TorchOracle]
         on an accelerator, where the check would cost a host synchronisation.
     """
 
@@ -184,17 +184,17 @@ class IMLE(PerturbAndMAPLayer):
     noise
         ρ(ε); the default ``SumOfGamma()`` takes ``k`` from ``oracle.expected_nonzeros`` (Theorem 1).
     target
-        Target distribution, default :class:`~imle_solvers.PerturbedTarget` with λ = 10.
+        Target distribution, default [`PerturbedTarget`][imle_solvers.PerturbedTarget] with λ = 10.
     samples
         S. Output shape is ``(..., m)`` for ``S = 1`` and ``(..., S, m)`` for ``S > 1``; the backward
         pass averages the S estimates.
     pool
-        Optional :class:`~imle_solvers.SolverPool`: the forward's and the backward's N·S rows each go
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool]: the forward's and the backward's N·S rows each go
         out in one call.
     generator
-        Optional :class:`torch.Generator` on the weights' device.
+        Optional `torch.Generator` on the weights' device.
     check_finite
-        See :class:`PerturbAndMAPLayer`.
+        See [`PerturbAndMAPLayer`][imle_solvers.imle.PerturbAndMAPLayer].
 
     Notes
     -----
@@ -242,14 +242,14 @@ def imle(
     generator: torch.Generator | None = None,
     check_finite: bool | None = None,
 ) -> torch.Tensor:
-    """Functional form of :class:`IMLE` (always in training mode: noise is drawn).
+    """Functional form of [`IMLE`][imle_solvers.imle.IMLE] (always in training mode: noise is drawn).
 
     Parameters
     ----------
     weights
         ``(..., m)`` weights in the oracle's sense.
     oracle, noise, target, samples, pool, generator, check_finite
-        As for :class:`IMLE`.
+        As for [`IMLE`][imle_solvers.imle.IMLE].
 
     Returns
     -------

@@ -1,11 +1,11 @@
 """Losses and metrics for training through discrete structures (paper sec. 5; predict-then-optimize).
 
-* :func:`hamming_loss` — distance between states (paper sec. 5, Fact 1).
-* :func:`regret` — the decision quality of predicted weights under the true ones (Elmachtoub & Grigas).
-* :class:`SPOPlusLoss` — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas 2022).
-* :class:`FenchelYoungLoss` — the perturbed Fenchel-Young loss (Berthet et al. 2020).
+* [`hamming_loss`][imle_solvers.hamming_loss] — distance between states (paper sec. 5, Fact 1).
+* [`regret`][imle_solvers.regret] — the decision quality of predicted weights under the true ones (Elmachtoub & Grigas).
+* [`SPOPlusLoss`][imle_solvers.SPOPlusLoss] — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas 2022).
+* [`FenchelYoungLoss`][imle_solvers.FenchelYoungLoss] — the perturbed Fenchel-Young loss (Berthet et al. 2020).
 
-All solving goes through :func:`imle_solvers.oracle.map_solve`: one batched oracle (or pool) call per
+All solving goes through `imle_solvers.oracle.map_solve`: one batched oracle (or pool) call per
 pass. Weights are in the oracle's sense (costs for a ``"min"`` oracle, values for ``"max"``).
 """
 
@@ -88,7 +88,7 @@ def regret(
     normalized
         Return the normalised total (a 0-dim tensor); otherwise the per-instance regrets ``(...)``.
     pool
-        Optional :class:`~imle_solvers.SolverPool`.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     optimal
         Optional ``(..., m)`` optimal states ``z*(c)`` (e.g. from a data set); solved when omitted.
         Both solves otherwise go out in one batched call.
@@ -117,7 +117,7 @@ def regret(
 
 
 class _SPOPlusFunction(torch.autograd.Function):
-    """SPO+ value and its subgradient in weight space (see :class:`SPOPlusLoss`)."""
+    """SPO+ value and its subgradient in weight space (see [`SPOPlusLoss`][imle_solvers.SPOPlusLoss])."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -165,7 +165,7 @@ class SPOPlusLoss(nn.Module):
     oracle
         The MAP oracle (weights in its sense).
     pool
-        Optional :class:`~imle_solvers.SolverPool`.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     reduction
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
     """
@@ -248,11 +248,11 @@ class FenchelYoungLoss(nn.Module):
     samples
         Number of perturbations M.
     noise
-        Any :class:`~imle_solvers.NoiseDistribution` instead of ``Normal(sigma)``.
+        Any [`NoiseDistribution`][imle_solvers.NoiseDistribution] instead of ``Normal(sigma)``.
     pool
-        Optional :class:`~imle_solvers.SolverPool`.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     generator
-        Optional :class:`torch.Generator` for the noise.
+        Optional `torch.Generator` for the noise.
     reduction
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
     """

@@ -1,7 +1,7 @@
 """Noise distributions ρ(ε) for perturb-and-MAP (paper, sec. 4 and eq. 9).
 
 ``z = MAP(θ + ε)`` with ``ε ~ ρ``. Every distribution samples on the requested device and dtype,
-from an optional :class:`torch.Generator`, in one vectorised call.
+from an optional `torch.Generator`, in one vectorised call.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class SumOfGamma(NoiseDistribution):
     ----------
     k
         κ, the number of nonzeros of a state. ``None`` takes ``oracle.expected_nonzeros`` when the
-        layer is built (:meth:`resolve`).
+        layer is built (`resolve`).
     tau
         Temperature τ > 0.
     s

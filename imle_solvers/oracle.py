@@ -5,13 +5,13 @@ A MAP oracle maps weights to a highest-scoring state of the constrained exponent
 
 Two contracts:
 
-* :class:`MapOracle` — a host (numpy) solver: CP-SAT, PuLP, NetworkX, your own code.
-* :class:`TorchOracle` — a device-native, batched solver (e.g. :class:`~imle_solvers.TopK`) that never
+* [`MapOracle`][imle_solvers.MapOracle] — a host (numpy) solver: CP-SAT, PuLP, NetworkX, your own code.
+* [`TorchOracle`][imle_solvers.TorchOracle] — a device-native, batched solver (e.g. [`TopK`][imle_solvers.TopK]) that never
   leaves the weights' device.
 
 Sign convention (``DESIGN.md``): ``oracle.sense == "max"`` means the weights handed to it are scores θ;
 ``"min"`` means they are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's
-own sense; all I-MLE arithmetic is done in θ-space by :func:`map_solve`.
+own sense; all I-MLE arithmetic is done in θ-space by `map_solve`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ Sense = Literal["max", "min"]
 class MapOracle(abc.ABC):
     """A MAP solver for a constrained discrete distribution (paper, eq. 3 and Example 3).
 
-    Subclasses set three attributes and implement :meth:`solve`:
+    Subclasses set three attributes and implement `solve`:
 
     Attributes
     ----------
@@ -54,12 +54,12 @@ class MapOracle(abc.ABC):
         Length ``m`` of a weight vector (and of a state).
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical state (``k`` for a k-subset, the mean path length, …) or ``None`` when
-        unknown. :class:`~imle_solvers.SumOfGamma` with ``k=None`` uses it (Theorem 1).
+        unknown. [`SumOfGamma`][imle_solvers.SumOfGamma] with ``k=None`` uses it (Theorem 1).
 
     Notes
     -----
     ``solve`` must be correct for *any* finite weights, negative ones included (perturbations and SPO+'s
-    ``2ĉ − c`` produce them), or raise a typed error from :mod:`imle_solvers.errors`. It must not
+    ``2ĉ − c`` produce them), or raise a typed error from [`imle_solvers.errors`][imle_solvers.errors]. It must not
     modify ``weights`` in place (they may be a view of the caller's tensor).
     Ties may be broken arbitrarily but deterministically.
     """
@@ -75,7 +75,7 @@ class MapOracle(abc.ABC):
         Parameters
         ----------
         weights
-            ``(m,)`` float array in the oracle's :attr:`sense`.
+            ``(m,)`` float array in the oracle's `sense`.
 
         Returns
         -------
@@ -89,7 +89,7 @@ class MapOracle(abc.ABC):
         Parameters
         ----------
         weights
-            ``(B, m)`` float array in the oracle's :attr:`sense`.
+            ``(B, m)`` float array in the oracle's `sense`.
 
         Returns
         -------
@@ -108,7 +108,7 @@ class MapOracle(abc.ABC):
         rows: Sequence[int],
         solve: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> np.ndarray:
-        """Loop ``solve`` (default :meth:`solve`) over validated rows; errors are tagged with ``rows``."""
+        """Loop ``solve`` (default `solve`) over validated rows; errors are tagged with ``rows``."""
         solve = self.solve if solve is None else solve
         out = np.empty(weights.shape, dtype=np.float64)
         for i, row in enumerate(rows):
@@ -126,7 +126,7 @@ class MapOracle(abc.ABC):
         Raises
         ------
         InvalidWeightsError
-            For a non-floating dtype, a last dimension other than :attr:`n_vars`, or NaN/inf entries
+            For a non-floating dtype, a last dimension other than `n_vars`, or NaN/inf entries
             (the message names the offending rows).
         """
         arr = np.asarray(weights)
@@ -152,8 +152,8 @@ class MapOracle(abc.ABC):
 class TorchOracle(MapOracle):
     """A device-native MAP oracle: batched, on the weights' device, with no host synchronisation.
 
-    Implement :meth:`solve_torch`; :meth:`solve` and :meth:`solve_batch` (numpy) are derived from it,
-    so a ``TorchOracle`` also works anywhere a :class:`MapOracle` is expected.
+    Implement `solve_torch`; `solve` and `solve_batch` (numpy) are derived from it,
+    so a ``TorchOracle`` also works anywhere a [`MapOracle`][imle_solvers.MapOracle] is expected.
     """
 
     @abc.abstractmethod
@@ -161,11 +161,11 @@ class TorchOracle(MapOracle):
         """Solve ``(..., m)`` weights (oracle sense) into ``(..., m)`` states, same device and dtype."""
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` numpy instance through :meth:`solve_torch`."""
+        """Solve one ``(m,)`` numpy instance through `solve_torch`."""
         return self.solve_batch(np.asarray(weights)[None])[0]
 
     def solve_batch(self, weights: np.ndarray) -> np.ndarray:
-        """Solve a ``(B, m)`` numpy batch through :meth:`solve_torch` on the CPU."""
+        """Solve a ``(B, m)`` numpy batch through `solve_torch` on the CPU."""
         arr = self.validate(weights)
         if arr.ndim != 2:
             raise InvalidWeightsError(f"solve_batch expects a (B, {self.n_vars}) array, got {arr.shape}")
@@ -173,7 +173,7 @@ class TorchOracle(MapOracle):
 
 
 class BatchSolver(Protocol):
-    """What :func:`map_solve` needs from a pool: see :class:`imle_solvers.SolverPool`."""
+    """What `map_solve` needs from a pool: see [`imle_solvers.SolverPool`][imle_solvers.pool.SolverPool]."""
 
     def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
         """Solve ``(N, m)`` oracle-sense weights, returning ``(N, m)`` states in row order."""
@@ -181,7 +181,7 @@ class BatchSolver(Protocol):
 
 
 def check_oracle(oracle: object) -> MapOracle:
-    """Return ``oracle`` if it is a :class:`MapOracle`, else raise ``TypeError`` (layers, losses, pools)."""
+    """Return ``oracle`` if it is a [`MapOracle`][imle_solvers.MapOracle], else raise ``TypeError`` (layers, losses, pools)."""
     if not isinstance(oracle, MapOracle):
         raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
     return oracle
@@ -212,7 +212,7 @@ def check_weights(weights: torch.Tensor, oracle: MapOracle, *, check_finite: boo
         The oracle that will solve it (for ``n_vars``).
     check_finite
         Also check for NaN/inf. On an accelerator this needs one host synchronisation, so layers
-        skip it for :class:`TorchOracle` on non-CPU devices unless asked.
+        skip it for [`TorchOracle`][imle_solvers.TorchOracle] on non-CPU devices unless asked.
 
     Raises
     ------
@@ -242,7 +242,7 @@ def map_solve(oracle: MapOracle, theta: torch.Tensor, pool: BatchSolver | None =
 
     This is the single place where tensors meet solvers:
 
-    * a :class:`TorchOracle` solves on the device — no copy, no sync;
+    * a [`TorchOracle`][imle_solvers.TorchOracle] solves on the device — no copy, no sync;
     * any other oracle gets **one** host copy of the whole batch, solved by ``pool`` (or serially by
       ``oracle.solve_batch``), and **one** copy back.
 
@@ -253,7 +253,7 @@ def map_solve(oracle: MapOracle, theta: torch.Tensor, pool: BatchSolver | None =
     theta
         ``(N, m)`` scores.
     pool
-        Optional :class:`~imle_solvers.SolverPool` that spreads the rows over workers.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] that spreads the rows over workers.
     """
     sign = sense_sign(oracle)
     weights = theta if sign > 0 else -theta  # θ → oracle sense   [N, m]

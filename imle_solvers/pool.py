@@ -1,12 +1,12 @@
 """Batched MAP solving on a pool of workers: serial, threads, persistent processes or a Dask cluster.
 
 An I-MLE step makes ``2·N·S`` oracle calls (paper, Algorithm 1: the forward ``MAP(θ + ε)`` and the
-target ``MAP(θ' + ε)`` for every row and sample). :func:`~imle_solvers.oracle.map_solve` hands each of
-the two ``(N·S, m)`` host batches to a pool in ONE call; :class:`SolverPool` spreads the rows over
+target ``MAP(θ' + ε)`` for every row and sample). `map_solve` hands each of
+the two ``(N·S, m)`` host batches to a pool in ONE call; [`SolverPool`][imle_solvers.pool.SolverPool] spreads the rows over
 workers and returns the states in row order, or solves them in the caller when parallelism would not
-pay (see :class:`PoolPlan`).
+pay (see [`PoolPlan`][imle_solvers.pool.PoolPlan]).
 
-:class:`SolutionCache` (solution caching, Mulamba et al. 2021) is re-exported from here.
+[`SolutionCache`][imle_solvers.pool.SolutionCache] (solution caching, Mulamba et al. 2021) is re-exported from here.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ _EMA = 0.3  # weight of a new measurement in the running estimates
 
 @dataclasses.dataclass(frozen=True)
 class PoolPlan:
-    """How the last :meth:`SolverPool.solve_batch` call was carried out, and why.
+    """How the last [`SolverPool.solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call was carried out, and why.
 
     Attributes
     ----------
@@ -139,7 +139,7 @@ def _default_workers() -> int:
 class SolverPool:
     """Solve ``(N, m)`` batches of MAP problems on workers, rows in order (the pool of DESIGN.md).
 
-    Used as ``pool=`` of :class:`~imle_solvers.IMLE` and the other layers: the forward's ``N·S`` rows
+    Used as ``pool=`` of [`IMLE`][imle_solvers.IMLE] and the other layers: the forward's ``N·S`` rows
     (``MAP(θ + ε)``, Algorithm 1 of the paper) go out in one call, the backward's (``MAP(θ' + ε)``)
     in another.
 
@@ -152,8 +152,8 @@ class SolverPool:
         workers); ``"thread"``: a thread pool (for solvers that release the GIL, or unpicklable
         oracles); ``"serial"``: solve in the caller; ``"dask"``: a ``dask.distributed`` cluster.
     timeout
-        Seconds allowed for one :meth:`solve_batch` call (``None``: no limit). On the process backend
-        busy workers are killed and replaced and :class:`~imle_solvers.SolverTimeoutError` is raised;
+        Seconds allowed for one [`solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call (``None``: no limit). On the process backend
+        busy workers are killed and replaced and [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised;
         rows solved in the caller or on threads are checked between rows (a running solve cannot be
         interrupted there).
     chunksize
@@ -168,7 +168,7 @@ class SolverPool:
         Predicted speedup the parallel path must reach to be chosen.
     retries
         How many times a chunk lost to a dead worker process is resent before
-        :class:`~imle_solvers.WorkerCrashedError` is raised.
+        [`WorkerCrashedError`][imle_solvers.errors.WorkerCrashedError] is raised.
     start_method
         ``"forkserver"`` (default where available: one server process imports the library once, with
         one thread, and workers are forked from it, so a replacement starts in milliseconds) or
@@ -180,7 +180,7 @@ class SolverPool:
     dask_address
         Scheduler address (``"tcp://host:8786"``) for the Dask backend.
     client
-        An existing ``distributed.Client`` for the Dask backend (left open on :meth:`close`).
+        An existing ``distributed.Client`` for the Dask backend (left open on [`close`][imle_solvers.pool.SolverPool.close]).
 
     Attributes
     ----------
@@ -190,7 +190,7 @@ class SolverPool:
     Notes
     -----
     Each oracle is identified by object identity: mutate an oracle after handing it to a pool and the
-    workers keep the old copy; call :meth:`forget` after mutating it. :class:`~imle_solvers.TorchOracle`
+    workers keep the old copy; call [`forget`][imle_solvers.pool.SolverPool.forget] after mutating it. [`TorchOracle`][imle_solvers.TorchOracle]
     instances are always solved in the caller (the layers never send them here: they solve on the
     weights' device).
 
@@ -274,7 +274,7 @@ class SolverPool:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether [`close`][imle_solvers.pool.SolverPool.close] was called."""
         return self._closed
 
     def start(self) -> SolverPool:

@@ -23,7 +23,7 @@ def progress(iterable: Iterable[T], desc: str = "", total: int | None = None, **
     total
         Length when ``iterable`` has no ``len``.
     **kwargs
-        Passed to :class:`tqdm.tqdm` (e.g. ``leave=False``).
+        Passed to `tqdm.tqdm` (e.g. ``leave=False``).
     """
     import os
 

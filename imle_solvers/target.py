@@ -4,8 +4,8 @@ The I-MLE gradient (eq. 7) compares the current distribution with a target one:
 
     ∇θ L ≈ (1/S) Σ_i [MAP(θ + ε_i) − MAP(θ' + ε_i)]        (same ε_i in both MAPs)
 
-A target turns the upstream gradient ``∇z L`` into the target parameters θ' (:meth:`params`) and,
-in :meth:`estimate`, into the gradient itself. All tensors are in θ-space (scores to maximise).
+A target turns the upstream gradient ``∇z L`` into the target parameters θ' (`params`) and,
+in `estimate`, into the gradient itself. All tensors are in θ-space (scores to maximise).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class PerturbedTarget(TargetDistribution):
 
     ``θ' = θ − λ ∇z L``; the gradient is ``[MAP(θ+ε) − MAP(θ'+ε)] / λ``. Dividing by λ (eq. 11's
     finite difference) makes λ only a perturbation *intensity*: the gradient keeps the scale of
-    ``∇z L`` whatever λ is. With :class:`~imle_solvers.NoNoise` this is the blackbox estimator of
+    ``∇z L`` whatever λ is. With [`NoNoise`][imle_solvers.NoNoise] this is the blackbox estimator of
     Vlastelica et al. (sec. 3.1).
 
     Parameters
@@ -115,7 +115,7 @@ class AdaptiveTarget(TargetDistribution):
     relative to θ, and the factor α is adapted after every backward pass so that the *fraction of
     nonzero gradient entries* tracks ``nonzero_target``: α grows by ``exp(step)`` when the gradient is
     sparser than the target, shrinks by it otherwise. The difference is divided by λ as in
-    :class:`PerturbedTarget`.
+    [`PerturbedTarget`][imle_solvers.PerturbedTarget].
 
     With ``two_sided=True`` the central difference ``[MAP(θ + λ∇zL + ε) − MAP(θ − λ∇zL + ε)] / (2λ)``
     is used (both MAPs go to the solver in one batched call).

@@ -1,14 +1,14 @@
-"""Adapters that turn real solvers into :class:`~imle_solvers.MapOracle` s.
+"""Adapters that turn real solvers into [`MapOracle`][imle_solvers.MapOracle] s.
 
 Each adapter module imports its solver lazily: touching ``CPSATOracle`` without ``ortools``
-installed raises :class:`~imle_solvers.errors.MissingExtraError` naming the extra to install.
+installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming the extra to install.
 
-* ``cpsat.py``  — :class:`CPSATOracle` (OR-Tools CP-SAT, extra ``cpsat``)
-* ``pulp.py``   — :class:`PulpOracle` (PuLP with CBC or HiGHS, extra ``pulp``)
-* ``graphs.py`` — :class:`ShortestPath`, :class:`GridShortestPath`, :class:`Matching`,
-  :class:`SpanningTree` (NetworkX / SciPy, extra ``graphs``)
-* ``dag.py``    — :class:`DAGShortestPath`, a batched device-native (torch) DAG shortest path
-* ``clamp.py``  — :class:`ClampedCosts`, ``max(c, floor)`` before a cost oracle (no negative cycles)
+* ``cpsat.py``  — [`CPSATOracle`][imle_solvers.CPSATOracle] (OR-Tools CP-SAT, extra ``cpsat``)
+* ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``)
+* ``graphs.py`` — [`ShortestPath`][imle_solvers.ShortestPath], [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
+  [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
+* ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native (torch) DAG shortest path
+* ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle (no negative cycles)
 """
 
 from __future__ import annotations

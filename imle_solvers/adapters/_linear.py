@@ -1,9 +1,9 @@
 """A solver-neutral linear model ``{x : row_lb ≤ A x ≤ row_ub, col_lb ≤ x ≤ col_ub, x_j ∈ ℤ for j ∈ I}``.
 
-:class:`~imle_solvers.ILP` validates a declaration into a :class:`LinearForm`; the CP-SAT, CBC and
+[`ILP`][imle_solvers.ILP] validates a declaration into a `LinearForm`; the CP-SAT, CBC and
 HiGHS back ends are all built from it, so the three see exactly the same model. It also reads the
-constraints of a PuLP problem (:meth:`LinearForm.from_pulp`) and estimates ``⟨z, 1⟩`` where the
-constraints fix it (:meth:`LinearForm.expected_nonzeros`).
+constraints of a PuLP problem (`LinearForm.from_pulp`) and estimates ``⟨z, 1⟩`` where the
+constraints fix it (`LinearForm.expected_nonzeros`).
 
 The objective is *not* part of the form: MAP oracles replace it on every call (paper, eq. 3).
 Columns ``0 … n_vars − 1`` carry the weights; any further columns are auxiliary variables of a
@@ -29,7 +29,7 @@ SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Pyth
 
 
 def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
-    """``(m,)`` float64 weights, or :class:`InvalidWeightsError` for a wrong shape or NaN/inf entries.
+    """``(m,)`` float64 weights, or [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] for a wrong shape or NaN/inf entries.
 
     A finite sum proves every entry finite (NaN and ±inf propagate), so the element-wise test only runs
     when the sum is not finite: one cheap reduction on the hot path of every solve.
@@ -46,7 +46,7 @@ def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
 
 
 def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str = "") -> None:
-    """Handle a feasible-but-unproven solution: warn, or raise :class:`SolverTimeoutError` when strict."""
+    """Handle a feasible-but-unproven solution: warn, or raise [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] when strict."""
     message = (
         f"{adapter}: time limit of {time_limit} s reached with a feasible state that is not proven "
         f"optimal{detail}"
@@ -167,7 +167,7 @@ class LinearForm:
         bounds: Any = (0, 1),
         integer: bool | Sequence[bool] | np.ndarray = True,
     ) -> LinearForm:
-        """Validate an ``ILP`` declaration (see :class:`~imle_solvers.ILP`); raises ``ValueError``."""
+        """Validate an ``ILP`` declaration (see [`ILP`][imle_solvers.ILP]); raises ``ValueError``."""
         if isinstance(c_size, bool) or not isinstance(c_size, (int, np.integer)) or c_size < 1:
             raise ValueError(f"c_size must be a positive integer, got {c_size!r}")
         n = int(c_size)

@@ -14,7 +14,7 @@ class ClampedCosts(MapOracle):
 
     For shortest paths on graphs with cycles (the terrain grid), a perturbation ``c − ε`` or a
     target ``c + λ∇zℓ`` can make costs negative, and negative cycles make the problem unbounded
-    (:class:`~imle_solvers.errors.NegativeCycleError`). Clamping at ``floor ≥ 0`` keeps every
+    ([`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]). Clamping at ``floor ≥ 0`` keeps every
     perturbed problem well posed; it only changes instances whose perturbed costs dip below it.
 
     Parameters

@@ -1,7 +1,7 @@
 """OR-Tools CP-SAT as a MAP oracle: the model is built once, each call only replaces the objective.
 
 CP-SAT optimises integer objectives, so float weights are scaled to integers (see
-:class:`CPSATOracle`, *Resolution*); the returned state is optimal for the float weights up to a
+[`CPSATOracle`][imle_solvers.CPSATOracle], *Resolution*); the returned state is optimal for the float weights up to a
 documented, tested bound.
 """
 
@@ -26,7 +26,7 @@ _MAX_OBJECTIVE = 2.0**60  # |Σ q_i z_i| must stay well inside int64 for CP-SAT'
 class CPSATOracle(MapOracle):
     """MAP oracle over an OR-Tools CP-SAT model (paper, eq. 3: ``MAP(θ) = argmax_{z ∈ C} ⟨z, θ⟩``).
 
-    The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each :meth:`solve`
+    The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each `solve`
     only rewrites the objective coefficients in the model's proto and hands CP-SAT the previous
     solution as a hint. Any objective the model already has is discarded.
 
@@ -44,18 +44,18 @@ class CPSATOracle(MapOracle):
     time_limit
         Seconds per solve (``None``: no limit).
     workers
-        CP-SAT search workers per solve (default 1: a :class:`~imle_solvers.SolverPool` parallelises
+        CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.pool.SolverPool] parallelises
         across instances instead).
     strict
         When the time limit stops the search with a feasible but unproven state: ``False`` returns it
-        with an :class:`~imle_solvers.errors.UnprovenSolutionWarning`, ``True`` raises
-        :class:`~imle_solvers.SolverTimeoutError`.
+        with an [`UnprovenSolutionWarning`][imle_solvers.errors.UnprovenSolutionWarning], ``True`` raises
+        [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     hint
         Hint the previous solution to CP-SAT (default ``True``).
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical state if known (used by ``SumOfGamma(k=None)``).
     parameters
-        ``SatParameters`` fields, e.g. ``{"random_seed": 1}``. They update :attr:`DEFAULT_PARAMETERS`,
+        ``SatParameters`` fields, e.g. ``{"random_seed": 1}``. They update `DEFAULT_PARAMETERS`,
         which switch off symmetry detection and probing: a MAP oracle solves many small instances,
         where these fixed per-solve costs dominate (about 35 % of a 5×5-grid path solve); pass
         ``{"symmetry_level": 2, "cp_model_probing_level": 2}`` to get CP-SAT's own defaults back.
@@ -66,7 +66,7 @@ class CPSATOracle(MapOracle):
     ``⟨q, z⟩`` with ``q = round(s · c)``, ``s = R / max|c|``. Since ``|q_i − s c_i| ≤ ½``, the returned
     ``z*`` satisfies, with ``U_i = max(|lb_i|, |ub_i|)`` over the variable's domain,
 
-    ``⟨c, z*⟩ ≤ min_{z ∈ C} ⟨c, z⟩ + max|c| · ‖U‖₁ / R``          (:meth:`objective_tolerance`).
+    ``⟨c, z*⟩ ≤ min_{z ∈ C} ⟨c, z⟩ + max|c| · ‖U‖₁ / R``          (`objective_tolerance`).
 
     For 0/1 variables ``‖U‖₁ = m``: with the default ``R = 2**20`` and ``m = 40`` the gap is below
     ``4·10⁻⁵ · max|c|``. Equal weights stay equal after scaling, so ties are kept.
@@ -151,7 +151,7 @@ class CPSATOracle(MapOracle):
         """Our own copy of ``source`` (a CpModel or its text proto) with the objective over our variables.
 
         The base model is never mutated after this; each thread solves on its own copy of it
-        (:meth:`_state`), so a thread pool can share one oracle.
+        (`_state`), so a thread pool can share one oracle.
         """
         cp_model = require("ortools.sat.python.cp_model", "cpsat")
         own = cp_model.CpModel()  # type: ignore[attr-defined]
@@ -208,10 +208,10 @@ class CPSATOracle(MapOracle):
     @classmethod
     def from_linear_form(cls, form: LinearForm, sense: Literal["max", "min"] = "min", **kwargs: Any
                          ) -> CPSATOracle:
-        """Build the CP-SAT model of an ILP declaration (see :class:`~imle_solvers.ILP`).
+        """Build the CP-SAT model of an ILP declaration (see [`ILP`][imle_solvers.ILP]).
 
         Every variable must be integer with finite bounds; rows are scaled to integer coefficients
-        (:meth:`LinearForm.integral_rows`). Raises ``ValueError`` otherwise.
+        (`LinearForm.integral_rows`). Raises ``ValueError`` otherwise.
         """
         cp_model = require("ortools.sat.python.cp_model", "cpsat")
         if not form.integer.all():

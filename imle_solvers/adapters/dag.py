@@ -1,4 +1,4 @@
-"""Batched, device-native shortest paths on a fixed directed acyclic graph (a :class:`TorchOracle`).
+"""Batched, device-native shortest paths on a fixed directed acyclic graph (a [`TorchOracle`][imle_solvers.TorchOracle]).
 
 On a DAG the shortest path is a dynamic programme over a topological order, correct for *negative*
 edge costs (there are no cycles to exploit). Nodes are grouped into topological *levels* (a node's
@@ -8,7 +8,7 @@ backtrack: no Python loop over instances, no host synchronisation.
 
 This is the oracle of the predict-then-optimize shortest-path benchmark of Elmachtoub & Grigas (2022)
 and PyEPO (Tang & Khalil, 2022): a ``rows × cols`` grid whose arcs go east and north
-(:meth:`DAGShortestPath.grid`).
+([`DAGShortestPath.grid`][imle_solvers.adapters.DAGShortestPath.grid]).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class DAGShortestPath(TorchOracle):
     """Shortest ``source → target`` path on a fixed DAG with per-instance edge costs (sense ``"min"``).
 
     The MAP oracle of paper Example 3 for paths: weights are edge costs ``c`` (θ = −c), the state is
-    the edge indicator ``z ∈ {0, 1}^m`` of a cheapest path, in the order of :attr:`edges`.
+    the edge indicator ``z ∈ {0, 1}^m`` of a cheapest path, in the order of `edges`.
     Solved by a level-synchronous dynamic programme (Bellman's recursion over a topological order),
     batched over any leading dimensions, on the weights' device.
 
@@ -43,7 +43,7 @@ class DAGShortestPath(TorchOracle):
     source, target
         End nodes of the path (``source != target``).
     expected_nonzeros
-        ``⟨z, 1⟩`` of a typical path for :class:`~imle_solvers.SumOfGamma`. Default: the mean of the
+        ``⟨z, 1⟩`` of a typical path for [`SumOfGamma`][imle_solvers.SumOfGamma]. Default: the mean of the
         fewest and the most arcs on any ``source → target`` path (exact when all paths have the same
         length, as on the grid).
 
@@ -54,7 +54,7 @@ class DAGShortestPath(TorchOracle):
 
     Notes
     -----
-    Ties are broken deterministically (the first incoming arc in :attr:`edges` order wins).
+    Ties are broken deterministically (the first incoming arc in `edges` order wins).
     Arcs that lie on no ``source → target`` path are always 0.
     """
 
@@ -192,7 +192,7 @@ class DAGShortestPath(TorchOracle):
         return self._solve_torch_ops(weights.reshape(-1, m)).reshape(*lead, m)
 
     def _solve_numpy(self, w: np.ndarray) -> np.ndarray:
-        """The programme of :meth:`_solve_torch_ops` in NumPy (same ties: first minimum wins)."""
+        """The programme of `_solve_torch_ops` in NumPy (same ties: first minimum wins)."""
         n, m = w.shape
         w_pad = np.concatenate([w, np.full((n, 1), np.inf, dtype=w.dtype)], axis=1)  # [N, m+1]
         w_arcs = w_pad[:, self._all_arcs.numpy()]  # [N, Σ L·K]

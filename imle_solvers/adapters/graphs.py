@@ -5,16 +5,16 @@ indicator of an optimal structure — the MAP state ``argmax_{z ∈ C} ⟨z, θ�
 for the polytope ``C`` of paths, matchings or spanning trees (Example 3: a shortest path is the
 MAP state of the *costs*, ``θ = −c``).
 
-* :class:`ShortestPath` — source → target path in any NetworkX graph, edge or node weights
+* [`ShortestPath`][imle_solvers.ShortestPath] — source → target path in any NetworkX graph, edge or node weights
   (``sense="min"``), correct for negative weights (topological DP on DAGs, Bellman-Ford otherwise);
-* :class:`GridShortestPath` — top-left → bottom-right path on a vertex-weighted grid, the setting of
+* [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a vertex-weighted grid, the setting of
   the Warcraft experiment (Vlastelica et al., ICLR 2020; paper sec. 5), batched through SciPy;
-* :class:`Matching` — maximum-weight matching (``sense="max"``);
-* :class:`SpanningTree` — minimum / maximum spanning tree or forest.
+* [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
+* [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest.
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
-NetworkX is imported lazily through :func:`imle_solvers.errors.require` (extra ``graphs``).
+NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers.errors.require] (extra ``graphs``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree"]
 Node = Hashable
 Edge = tuple[Any, Any]
 
-#: batch rows solved by one SciPy Dijkstra call (:func:`_block_dijkstra`; one heap per row).
+#: batch rows solved by one SciPy Dijkstra call (`_block_dijkstra`; one heap per row).
 _GRID_CHUNK = 16
 #: a DAG whose relevant part has at least this many arcs per topological level uses the
 #: level-vectorised numpy DP; smaller or deeper DAGs use the plain Python DP (less call overhead).
@@ -67,7 +67,7 @@ def _check_graph(graph: Any, who: str, *, undirected: bool = False) -> None:
 
 
 class _GraphOracle(MapOracle):
-    """Shared plumbing: validate each batch once, solve rows via :meth:`_solve`, pickle without scratch."""
+    """Shared plumbing: validate each batch once, solve rows via `_solve`, pickle without scratch."""
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -76,7 +76,7 @@ class _GraphOracle(MapOracle):
         raise NotImplementedError
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` instance (weights in :attr:`sense`); returns the ``(m,)`` 0/1 state."""
+        """Solve one ``(m,)`` instance (weights in `sense`); returns the ``(m,)`` 0/1 state."""
         w = weights
         fast = type(w) is np.ndarray and w.dtype == np.float64 and w.shape == (self.n_vars,)
         if not (fast and math.isfinite(w.dot(w))):  # finite ⟨w, w⟩ ⇒ no NaN/inf: skip the full check
@@ -151,8 +151,8 @@ class ShortestPath(_GraphOracle):
         Nodes of ``graph``. ``source == target`` gives the empty path (the one-node path for node
         weights).
     weights_on
-        ``"edges"``: one cost per edge, ordered as :attr:`edges` (``list(graph.edges)``); the state
-        is the edge indicator of the path. ``"nodes"``: one cost per node, ordered as :attr:`nodes`
+        ``"edges"``: one cost per edge, ordered as `edges` (``list(graph.edges)``); the state
+        is the edge indicator of the path. ``"nodes"``: one cost per node, ordered as `nodes`
         (``list(graph.nodes)``); a path costs the sum of the weights of all its nodes, ``source`` and
         ``target`` included, and the state is its node indicator.
 
@@ -165,22 +165,22 @@ class ShortestPath(_GraphOracle):
     * **directed, all arc costs ≥ 0**: Dijkstra (``scipy.sparse.csgraph``), ``O(E log V)``;
     * **directed, some cost < 0**: Bellman-Ford (``scipy.sparse.csgraph``), ``O(V E)``;
     * **undirected**: each edge is two opposite arcs, so an edge of negative cost is a negative
-      2-cycle (walk it back and forth) and raises :class:`NegativeCycleError`. With node weights the
+      2-cycle (walk it back and forth) and raises [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. With node weights the
       cycle ``u → v → u`` costs ``w_u + w_v``; when no adjacent pair sums below 0 the potential
       ``h = w / 2`` (Johnson reweighting) makes every arc cost ``(w_u + w_v) / 2 ≥ 0`` and Dijkstra is
       exact, negative node weights included.
 
     A negative cycle on the way (reachable from ``source`` and reaching ``target``) makes the shortest
-    walk unbounded: :class:`NegativeCycleError`. Otherwise the returned path is simple and optimal
+    walk unbounded: [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the returned path is simple and optimal
     (within floating-point rounding; cycles of total cost zero that rounding makes slightly negative
-    are reported as negative). No path at all: :class:`InfeasibleError`.
+    are reported as negative). No path at all: [`InfeasibleError`][imle_solvers.errors.InfeasibleError].
 
     ``solve_batch`` gives every row the state ``solve`` gives it, faster: a DAG batch runs the DP on
     all rows at once; otherwise rows with non-negative arc costs go 16 at a time through one SciPy
     Dijkstra call.
 
     Ties are handled deterministically: the same weights always give the same state. On a DAG the
-    predecessor of each node is the optimal in-arc that comes first in :attr:`edges`; otherwise it is
+    predecessor of each node is the optimal in-arc that comes first in `edges`; otherwise it is
     SciPy's (deterministic) choice.
 
     ``expected_nonzeros`` is the number of edges (nodes, with node weights) of a shortest path under
@@ -290,7 +290,7 @@ class ShortestPath(_GraphOracle):
         """Batches, same states as ``solve`` row by row (ties included).
 
         A DAG runs the level DP on all rows at once. Otherwise rows whose arc costs are all ≥ 0 go
-        16 at a time through one SciPy Dijkstra call (:func:`_block_dijkstra`); the others are
+        16 at a time through one SciPy Dijkstra call (`_block_dijkstra`); the others are
         solved one by one (Bellman-Ford).
         """
         levels = len(getattr(self, "_dag_levels", ())) or 1
@@ -400,7 +400,7 @@ class ShortestPath(_GraphOracle):
     # ---- DAGs: topological dynamic programme -------------------------------------------------
 
     def _build_dag(self, order: list[int]) -> None:
-        """Precompute, in topological order, each node's in-arcs (first in :attr:`edges` first)."""
+        """Precompute, in topological order, each node's in-arcs (first in `edges` first)."""
         by_head: list[list[int]] = [[] for _ in range(self._n)]
         for k in np.lexsort((self._arc_edge, self._head)).tolist():
             by_head[int(self._head[k])].append(k)
@@ -513,16 +513,16 @@ class GridShortestPath(_GraphOracle):
     -----
     *Negative weights.* Any cycle's cost is half the sum of its consecutive pair sums
     ``w_u + w_v``, so the grid has a negative cycle iff two adjacent cells sum below 0: then
-    :class:`NegativeCycleError`. Otherwise the potential ``h = w / 2`` (Johnson reweighting) turns the
+    [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the potential ``h = w / 2`` (Johnson reweighting) turns the
     problem into an undirected graph with edge costs ``(w_u + w_v) / 2 ≥ 0`` whose paths cost
     ``path cost − (w_s + w_t) / 2``: Dijkstra on it (with the costs doubled, ``w_u + w_v``) is exact,
     negative cell weights included. (Rows without a negative cell take the cheaper direct form: arc
     ``u → v`` costs ``w_v``.)
 
     *Speed.* The arc structure is built once; a call only fills the arc costs of a per-thread SciPy
-    matrix and runs ``scipy.sparse.csgraph.dijkstra``. :meth:`solve_batch` stacks up to 16 rows into
+    matrix and runs ``scipy.sparse.csgraph.dijkstra``. `solve_batch` stacks up to 16 rows into
     one block-diagonal graph and solves them in one SciPy call (each row keeps its own heap, so rows
-    are solved exactly as by :meth:`solve`, ties included).
+    are solved exactly as by `solve`, ties included).
 
     Ties are broken deterministically by SciPy's Dijkstra; ``solve`` and every row of ``solve_batch``
     agree. ``expected_nonzeros`` is the number of cells of a shortest path under unit weights:
@@ -576,7 +576,7 @@ class GridShortestPath(_GraphOracle):
         return [(nodes[a], nodes[b]) for a, b in zip(self._tail.tolist(), self._head.tolist()) if a < b]
 
     def _costs(self, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Arc costs in CSR order, per row; raises :class:`NegativeCycleError` naming the bad rows.  [..., a]
+        """Arc costs in CSR order, per row; raises [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError] naming the bad rows.  [..., a]
 
         A row with no negative cell uses ``c(u → v) = w_v`` (entering a cell costs its weight; the
         source's weight is a constant). A row with a negative cell uses the reweighted ``w_u + w_v``
@@ -635,7 +635,7 @@ class GridShortestPath(_GraphOracle):
         return out
 
     def _solve_block(self, cost: np.ndarray) -> np.ndarray:
-        """``K`` rows in one SciPy call (:func:`_block_dijkstra`), paths read off all at once.  [K, V]"""
+        """``K`` rows in one SciPy call (`_block_dijkstra`), paths read off all at once.  [K, V]"""
         pred = _block_dijkstra(self._indices, self._indptr, self.n_vars, cost, 0)  # [K, V]
         k = cost.shape[0]
         rows = np.arange(k)
@@ -666,7 +666,7 @@ class Matching(_GraphOracle):
     Parameters
     ----------
     graph
-        An undirected ``networkx.Graph``; weights are ordered as :attr:`edges` (``list(graph.edges)``).
+        An undirected ``networkx.Graph``; weights are ordered as `edges` (``list(graph.edges)``).
         Self-loops are allowed in the order but never matched.
     maxcardinality
         ``True``: the best among the matchings of maximum cardinality (edges of negative score are
@@ -707,7 +707,7 @@ class Matching(_GraphOracle):
         return graph
 
     def _weighted(self) -> tuple[Any, list[dict[str, float]]]:
-        """This thread's graph and its edge attribute dicts, in :attr:`edges` order (non-loops)."""
+        """This thread's graph and its edge attribute dicts, in `edges` order (non-loops)."""
         cached = getattr(self._local, "graph", None)
         if cached is None:
             graph = self._build_graph()
@@ -743,7 +743,7 @@ class SpanningTree(_GraphOracle):
     Parameters
     ----------
     graph
-        An undirected ``networkx.Graph``; weights are ordered as :attr:`edges` (``list(graph.edges)``).
+        An undirected ``networkx.Graph``; weights are ordered as `edges` (``list(graph.edges)``).
         Self-loops are allowed in the order but never chosen.
     kind
         ``"min"`` (weights are costs, ``sense="min"``) or ``"max"`` (scores, ``sense="max"``).
@@ -751,7 +751,7 @@ class SpanningTree(_GraphOracle):
     Notes
     -----
     Per call: a stable sort of the weights plus a union-find pass, ``O(E log E)``. Ties go to the edge
-    that comes first in :attr:`edges` (stable sort), so the same weights always give the same tree.
+    that comes first in `edges` (stable sort), so the same weights always give the same tree.
     ``expected_nonzeros`` is the number of edges of every spanning forest: ``V − #components``.
     """
 

@@ -4,12 +4,12 @@ What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortes
 ``docs/benchmarks.md``):
 
 * ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python and writes it as MPS, starts a
-  ``cbc`` process and parses its solution file. :class:`PulpOracle` reads the constraints **once**,
+  ``cbc`` process and parses its solution file. [`PulpOracle`][imle_solvers.PulpOracle] reads the constraints **once**,
   keeps the MPS text of every column and per call only inserts the objective coefficients; what
   remains is CBC's own cost (process start, reading the file, solving), which PuLP offers no way to
   avoid: CBC has no in-process API in PuLP, and a long-lived interactive CBC process gives wrong
   answers after the objective changes (it keeps the old incumbent).
-* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. :class:`PulpOracle` builds the
+* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle] builds the
   ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run``.
 * Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``).
 """
@@ -58,7 +58,7 @@ def _fmt(value: float) -> str:
 
 
 class _CbcEngine:
-    """CBC on a :class:`LinearForm`: the MPS text of every column is kept, only ``OBJ`` entries change.
+    """CBC on a `LinearForm`: the MPS text of every column is kept, only ``OBJ`` entries change.
 
     Each call writes the model file and runs ``cbc model.mps [sec T] branch solution sol.txt``. A CBC
     process kept alive between calls (its interactive mode) was tried and rejected: after a second
@@ -258,7 +258,7 @@ def _new_highs(highspy: Any) -> Any:
 
 
 class _HighsEngine:
-    """A ``highspy`` model built once (per thread) from a :class:`LinearForm`; per call
+    """A ``highspy`` model built once (per thread) from a `LinearForm`; per call
     ``changeColsCost`` + ``run``. Threads of a pool each get their own model."""
 
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
@@ -389,15 +389,15 @@ class PulpOracle(MapOracle):
         Seconds per solve (``None``: no limit). Ignored for a PuLP solver object (set it there).
     strict
         Time limit with a feasible but unproven state: ``False`` returns it with a warning, ``True``
-        raises :class:`~imle_solvers.SolverTimeoutError`.
+        raises [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     expected_nonzeros
         ``⟨z, 1⟩`` if known; default: estimated from the constraints where possible.
 
     Notes
     -----
-    :meth:`solve` raises :class:`~imle_solvers.InfeasibleError` (no feasible state),
-    :class:`~imle_solvers.UnboundedError` (objective unbounded for these weights) and
-    :class:`~imle_solvers.SolverTimeoutError` (time limit with no feasible state).
+    `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
+    [`UnboundedError`][imle_solvers.errors.UnboundedError] (objective unbounded for these weights) and
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit with no feasible state).
 
     The oracle pickles without its ``highspy`` model or scratch directory; both are rebuilt on first
     use in the receiving process.
@@ -466,7 +466,7 @@ class PulpOracle(MapOracle):
     def from_linear_form(cls, form: LinearForm, solver: str = "cbc", sense: str = "min", *,
                          time_limit: float | None = None, strict: bool = False,
                          expected_nonzeros: float | None = None) -> PulpOracle:
-        """An oracle on an already validated :class:`LinearForm` (used by :class:`~imle_solvers.ILP`)."""
+        """An oracle on an already validated `LinearForm` (used by [`ILP`][imle_solvers.ILP])."""
         self = cls.__new__(cls)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros)
         return self
@@ -477,7 +477,7 @@ class PulpOracle(MapOracle):
             self._engine.close()
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` instance (weights in :attr:`sense`)."""
+        """Solve one ``(m,)`` instance (weights in `sense`)."""
         w = check_single(weights, self.n_vars, "PulpOracle")
         costs = w if self.sense == "min" else -w  # always minimise c   [m]
         outcome, x, detail = self._engine.solve(costs)

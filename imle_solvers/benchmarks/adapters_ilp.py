@@ -8,7 +8,7 @@ a different vector on each call (cycled from 64 pre-drawn ones).
 Rows (``ratio = adapter_ms / bare_ms``):
 
 * ``CPSATOracle`` / ``PulpOracle(cbc)`` / ``PulpOracle(highs)`` — ``adapter_ms``: ``oracle.solve(w)``
-  through :class:`~imle_solvers.ILP`; ``bare_ms``: the solver call alone on the same reused model —
+  through [`ILP`][imle_solvers.ILP]; ``bare_ms``: the solver call alone on the same reused model —
   CP-SAT: write the integer coefficients + ``SolveWrapper.solve`` + read the solution; CBC: run
   ``cbc`` on an already written MPS file and read its solution file; HiGHS: ``changeColsCost`` +
   ``run`` + read the solution. The two are called in turn, one call each, and the medians compared,

@@ -1,10 +1,10 @@
 """Predict-then-optimize data sets (features, true costs, optimal solutions and objectives).
 
-* :func:`shortest_path` — the grid shortest path of Elmachtoub & Grigas / PyEPO (``DAGShortestPath``);
-* :func:`knapsack` — PyEPO's multi-dimensional knapsack (an :class:`~imle_solvers.ILP`, sense ``"max"``);
-* :func:`terrain_maps` — a generated stand-in for the Warcraft terrain maps (``GridShortestPath``).
+* [`shortest_path`][imle_solvers.data.shortest_path] — the grid shortest path of Elmachtoub & Grigas / PyEPO (``DAGShortestPath``);
+* [`knapsack`][imle_solvers.data.knapsack] — PyEPO's multi-dimensional knapsack (an [`ILP`][imle_solvers.ILP], sense ``"max"``);
+* [`terrain_maps`][imle_solvers.data.terrain_maps] — a generated stand-in for the Warcraft terrain maps (``GridShortestPath``).
 
-Each returns a :class:`PTODataset` whose ``oracle`` solves the problem.
+Each returns a [`PTODataset`][imle_solvers.data.PTODataset] whose ``oracle`` solves the problem.
 """
 
 from __future__ import annotations

@@ -31,16 +31,16 @@ def knapsack(
     * values ``v_j = ⌈5 · [((B x)_j / √p + 3)^deg + 1] / 3.5^deg · ε_j⌉``, ``ε_j ~ U[1 − ē, 1 + ē]``.
 
     The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m``: the oracle is an
-    :class:`~imle_solvers.ILP` with ``sense="max"`` (so the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). The draws
+    [`ILP`][imle_solvers.ILP] with ``sense="max"`` (so the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). The draws
     (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
     ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``. The oracle's
-    ``expected_nonzeros`` (κ of :class:`~imle_solvers.SumOfGamma`) is set to the mean number of items
+    ``expected_nonzeros`` (κ of [`SumOfGamma`][imle_solvers.SumOfGamma]) is set to the mean number of items
     of the optimal solutions.
 
     Parameters
     ----------
     num_samples, num_features, deg, noise_width, seed
-        As for :func:`~imle_solvers.data.shortest_path`.
+        As for [`shortest_path`][imle_solvers.data.shortest_path].
     num_items
         m.
     dim

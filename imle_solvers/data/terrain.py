@@ -90,9 +90,9 @@ def terrain_maps(num_samples: int, size: int = 12, seed: int = 0, pixels: int = 
     -------
     PTODataset
         Features: float32 images ``(n, 3, K·P, K·P)``; costs: the ``(n, K·K)`` cell costs
-        (:data:`TERRAIN_COSTS` of each cell's type, row-major); solutions: cheapest 8-neighbour
+        (`TERRAIN_COSTS` of each cell's type, row-major); solutions: cheapest 8-neighbour
         top-left → bottom-right paths as cell masks; ``oracle`` is
-        :class:`~imle_solvers.GridShortestPath` ``(K, K)``. ``info["types"]`` holds the type maps.
+        [`GridShortestPath`][imle_solvers.GridShortestPath] ``(K, K)``. ``info["types"]`` holds the type maps.
     """
     if int(num_samples) != num_samples or num_samples < 0:
         raise ValueError(f"num_samples must be a non-negative integer, got {num_samples}")

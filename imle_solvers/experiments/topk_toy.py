@@ -14,7 +14,7 @@ Each run is 50 steps of SGD with momentum 0.9 from the same ``θ₀``; the runs 
 estimators' randomness. All runs *and* all learning rates of a grid point go through the layer as
 one batch (rows = learning rates × runs), one layer call per step, so the whole grid takes seconds.
 
-Public entry points: :func:`run_toy` → :class:`ToyResult`, :func:`plot`, and :func:`main` (the
+Public entry points: [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] → [`ToyResult`][imle_solvers.experiments.topk_toy.ToyResult], `plot`, and `main` (the
 ``imle-solvers toy`` command).
 """
 
@@ -180,8 +180,8 @@ class ToyMethod:
     name
         Label in tables and plots.
     kind
-        ``"imle"`` (:class:`~imle_solvers.IMLE` with :class:`~imle_solvers.PerturbedTarget`),
-        ``"ste"`` (:class:`~imle_solvers.STE`) or ``"sfe"`` (exact score-function estimator).
+        ``"imle"`` ([`IMLE`][imle_solvers.IMLE] with [`PerturbedTarget`][imle_solvers.PerturbedTarget]),
+        ``"ste"`` ([`STE`][imle_solvers.STE]) or ``"sfe"`` (exact score-function estimator).
     noise
         Perturbation of the perturb-and-MAP methods (``None`` for SFE).
     """
@@ -214,7 +214,7 @@ METHODS: dict[str, ToyMethod] = {
 def sgd_momentum_step(
     theta: torch.Tensor, grad: torch.Tensor, buf: torch.Tensor | None, lr: torch.Tensor, momentum: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step of :class:`torch.optim.SGD` (``dampening=0``, no Nesterov) with a per-row learning rate.
+    """One step of `torch.optim.SGD` (``dampening=0``, no Nesterov) with a per-row learning rate.
 
     ``v ← g`` on the first step, ``v ← μ v + g`` afterwards; ``θ ← θ − lr · v``. ``lr`` broadcasts
     against θ (``[N, 1]`` gives every row its own rate). Returns ``(θ, v)``.
@@ -288,7 +288,7 @@ def _optimise(
 
 @dataclasses.dataclass
 class ToyResult:
-    """Outcome of :func:`run_toy`.
+    """Outcome of [`run_toy`][imle_solvers.experiments.topk_toy.run_toy].
 
     Attributes
     ----------
@@ -319,7 +319,7 @@ class ToyResult:
         return dataclasses.asdict(self)
 
     def save_json(self, path: str | Path) -> Path:
-        """Write :meth:`to_dict` as JSON to ``path``; returns the path."""
+        """Write [`to_dict`][imle_solvers.experiments.topk_toy.ToyResult.to_dict] as JSON to ``path``; returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True))
@@ -354,7 +354,7 @@ def run_toy(
     The instance is fixed by ``seed``: ``b ~ N(0, I)`` and ``θ₀ ~ N(0, I)`` are drawn once and shared
     by all runs (as in the paper, where ``b`` is sampled only once), so the spread over runs is the
     estimators' own randomness. Use several seeds to see how results vary across instances
-    (:func:`summarize_instances`).
+    ([`summarize_instances`][imle_solvers.experiments.topk_toy.summarize_instances]).
 
     Parameters
     ----------
@@ -369,13 +369,13 @@ def run_toy(
     lrs
         Step sizes η for I-MLE and STE. STE steps with SGD learning rate η; I-MLE with ``η λ``, which
         is the paper's (unscaled) estimator with learning rate η, since
-        :class:`~imle_solvers.PerturbedTarget` divides by λ.
+        [`PerturbedTarget`][imle_solvers.PerturbedTarget] divides by λ.
     sfe_lrs
         Learning rates for SFE.
     long_steps
         Steps of the extra SFE run (0 disables it).
     methods
-        Keys of :data:`METHODS`.
+        Keys of `METHODS`.
     progress
         Show a progress bar on stderr.
     """
@@ -503,7 +503,7 @@ def _run_toy(
 def _sgd_lr(eta: float, lam: float | None) -> float:
     """SGD learning rate for step size η: ``η λ`` for I-MLE (the paper's unscaled estimator), else η.
 
-    :class:`~imle_solvers.PerturbedTarget` divides ``MAP(θ+ε) − MAP(θ'+ε)`` by λ; the appendix's
+    [`PerturbedTarget`][imle_solvers.PerturbedTarget] divides ``MAP(θ+ε) − MAP(θ'+ε)`` by λ; the appendix's
     estimator does not. Stepping with ``lr = η λ`` makes our update identical to the paper's update
     with learning rate η, and puts I-MLE and STE on the same step-size grid.
     """
@@ -515,7 +515,7 @@ def _progress_iter(items: Sequence[Any], desc: str, enabled: bool) -> Any:
 
 
 def result_table(result: ToyResult) -> str:
-    """The Markdown table of :attr:`ToyResult.rows`: final ``L`` mean ± std, gap to ``L*``, best λ and lr."""
+    """The Markdown table of `ToyResult.rows`: final ``L`` mean ± std, gap to ``L*``, best λ and lr."""
     table = []
     for row in result.rows:
         table.append(
@@ -534,7 +534,7 @@ def result_table(result: ToyResult) -> str:
 
 
 def summarize_instances(results: Sequence[ToyResult], reference: str = "ste-gumbel") -> list[dict[str, Any]]:
-    """Aggregate :func:`run_toy` results over several instances (seeds): how robust is the ranking?
+    """Aggregate [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] results over several instances (seeds): how robust is the ranking?
 
     Per row key: the mean and median over instances of the gap ``L − L*`` (mean over runs, at the
     method's best setting on that instance), the number of instances where the method's gap is below
@@ -679,7 +679,7 @@ QUICK: dict[str, Any] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """``imle-solvers toy [--runs N] [--steps N] [--seed S] [--out DIR] [--quick]``.
 
-    Runs :func:`run_toy`, prints the result table and writes ``topk_toy.json``, ``topk_toy.md`` and
+    Runs [`run_toy`][imle_solvers.experiments.topk_toy.run_toy], prints the result table and writes ``topk_toy.json``, ``topk_toy.md`` and
     ``topk_toy.png`` (when matplotlib is installed) to ``--out``.
     """
     parser = argparse.ArgumentParser(

@@ -1,7 +1,7 @@
 """``imle-solvers train``: predict-then-optimize training and head-to-head comparison of methods.
 
 A model predicts the weights of an optimisation problem from features and is trained, by one of
-the :data:`~imle_solvers.training.methods.METHODS`, on the quality of the decisions it leads to.
+the `METHODS`, on the quality of the decisions it leads to.
 Reported: the normalised test regret (PyEPO's metric) after every epoch, the share of test instances
 decided optimally, and the seconds per training epoch.
 
@@ -117,7 +117,7 @@ def summarize(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def plot_curves(results: Sequence[dict[str, Any]], path: str, title: str = "") -> None:
     """PNG of the mean test regret after each epoch, one line per method (± std band).
 
-    Needs matplotlib (extra ``plot``): :class:`~imle_solvers.errors.MissingExtraError` otherwise.
+    Needs matplotlib (extra ``plot``): [`MissingExtraError`][imle_solvers.errors.MissingExtraError] otherwise.
     """
     matplotlib: Any = require("matplotlib", "plot")
 

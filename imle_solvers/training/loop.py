@@ -37,7 +37,7 @@ def evaluate(
     oracle
         The oracle to decide with (default ``data.oracle``).
     pool
-        Optional :class:`~imle_solvers.SolverPool`.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     batch
         Instances per model / oracle call.
     """
@@ -81,7 +81,7 @@ def train_model(
     model
         The predictor (its parameters are trained in place).
     method_name
-        A key of :data:`~imle_solvers.training.methods.METHODS`.
+        A key of `METHODS`.
     train, test
         Data sets.
     epochs, batch_size, lr
@@ -89,11 +89,11 @@ def train_model(
     seed
         Seeds the batch order and the method's noise (set the model's initialisation before).
     pool
-        Optional :class:`~imle_solvers.SolverPool` for solver-backed oracles.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
     train_oracle
         The oracle of the layers in training (default ``train.oracle``), e.g. one that clamps costs.
     method_options
-        Passed to :func:`~imle_solvers.training.methods.build_method`.
+        Passed to `build_method`.
     show_progress
         A progress bar per epoch with the running loss.
     lr_milestones

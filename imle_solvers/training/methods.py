@@ -20,7 +20,7 @@ two-stage     mean squared error between ``ĉ`` and ``c`` (no solver in training
 ``ℓ_R(z; c) = ⟨c, z⟩`` for a ``"min"`` oracle (``−⟨c, z⟩`` for ``"max"``) is the regret up to a term
 that does not depend on ``z``, so ``∇z ℓ_R = c`` (θ-space ``−θ_true``). Targets (eq. 8, eq. 10) need
 the *unscaled* per-instance ``∇z ℓ``: the layer-based methods sum the loss over the batch and rescale
-the weights' gradient by ``1/B`` instead (:func:`scale_grad`), so that e.g. eq. 10 gives ``θ' = −c``.
+the weights' gradient by ``1/B`` instead (`scale_grad`), so that e.g. eq. 10 gives ``θ' = −c``.
 """
 
 from __future__ import annotations
@@ -95,18 +95,18 @@ def build_method(
     bb_loss: str = "regret",
     dpo_samples: int | None = None,
 ) -> Method:
-    """Build one of :data:`METHODS` for ``oracle``.
+    """Build one of `METHODS` for ``oracle``.
 
     Parameters
     ----------
     name
-        A key of :data:`METHODS`.
+        A key of `METHODS`.
     oracle
         The problem's MAP oracle.
     samples
         S, perturbations per instance for the perturbation-based methods.
     pool
-        Optional :class:`~imle_solvers.SolverPool` for solver-backed oracles.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
     noise
         Perturbation of the I-MLE methods (default ``SumOfGamma()``, κ = ``oracle.expected_nonzeros``).
     lam
