@@ -37,7 +37,8 @@ class SolutionCache(MapOracle):
     seed
         Seed of the generator that draws which rows use the cache.
     pool
-        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for the rows that reach the solver. A pool that is
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for the rows that reach the solver. A pool that
+        is
         handed a ``SolutionCache`` (``pool.solve_batch(cache, w)``, e.g. as ``IMLE(cache, pool=pool)``)
         uses itself for those rows; the cache always stays in the caller's process.
 

@@ -1,4 +1,5 @@
-"""The Dask backend of [`SolverPool`][imle_solvers.pool.SolverPool]: the same calls on a ``dask.distributed`` cluster.
+"""The Dask backend of [`SolverPool`][imle_solvers.pool.SolverPool]: the same calls on a ``dask.distributed``
+cluster.
 
 The oracle is scattered once to every worker (``client.scatter(oracle, broadcast=True)``) and the
 resulting future is reused by every later call; each call submits one task per row chunk and gathers

@@ -1,4 +1,5 @@
-"""What runs inside a [`SolverPool`][imle_solvers.pool.SolverPool] worker: chunk solving, failures, the process loop.
+"""What runs inside a [`SolverPool`][imle_solvers.pool.SolverPool] worker: chunk solving, failures, the
+process loop.
 
 Every backend (in-process, thread, process, Dask) solves rows through `solve_chunk`, so a
 failing row is reported the same way everywhere: the *global* batch row, the exception and the
@@ -121,7 +122,8 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
         Where this runs, for error messages.
     deadline
         ``time.perf_counter()`` value after which no new row is started (a soft limit: checked
-        between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted rows).
+        between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted
+        rows).
 
     Returns
     -------

@@ -125,12 +125,14 @@ class MissingExtraError(ImleSolversError, ImportError):
 class UnprovenSolutionWarning(RuntimeWarning):
     """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway).
 
-    Pass ``strict=True`` to an adapter to get [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] instead.
+    Pass ``strict=True`` to an adapter to get [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError]
+    instead.
     """
 
 
 def require(module: str, extra: str) -> object:
-    """Import an optional dependency or raise [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming the extra to install.
+    """Import an optional dependency or raise [`MissingExtraError`][imle_solvers.errors.MissingExtraError]
+    naming the extra to install.
 
     Parameters
     ----------

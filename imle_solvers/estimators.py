@@ -4,8 +4,10 @@ All of them run through [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP] (the 
 library); they differ in the forward noise and the backward *gradient rule*:
 
 * [`STE`][imle_solvers.STE] — straight-through: ``∂z/∂θ ≈ I`` (Bengio et al. 2013; paper sec. 3.1).
-* [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ`` (= I-MLE with δ₀ noise).
-* [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed MAP with its Gaussian
+* [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ`` (= I-MLE
+with δ₀ noise).
+* [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed MAP
+with its Gaussian
   score-function Jacobian.
 """
 

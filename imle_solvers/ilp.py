@@ -59,7 +59,8 @@ class ILP(MapOracle):
         ``⟨z, 1⟩`` when the constraints fix it: every variable 0/1 and equality rows of ones that
         partition the variables (their right-hand sides add up); otherwise ``None``.
     oracle
-        The back-end oracle ([`CPSATOracle`][imle_solvers.CPSATOracle] or [`PulpOracle`][imle_solvers.PulpOracle]).
+        The back-end oracle ([`CPSATOracle`][imle_solvers.CPSATOracle] or
+        [`PulpOracle`][imle_solvers.PulpOracle]).
 
     Raises
     ------
@@ -72,8 +73,10 @@ class ILP(MapOracle):
     Notes
     -----
     `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
-    [`UnboundedError`][imle_solvers.errors.UnboundedError] (``"cbc"``/``"highs"``; CP-SAT needs finite bounds) and
-    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a feasible state). Negative weights
+    [`UnboundedError`][imle_solvers.errors.UnboundedError] (``"cbc"``/``"highs"``; CP-SAT needs finite
+    bounds) and
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a feasible state).
+    Negative weights
     are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
     ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
@@ -158,7 +161,8 @@ class ILP(MapOracle):
         sense
             Default: the problem's sense.
         backend, time_limit, strict, options
-            As for [`ILP`][imle_solvers.ILP]; any back end works (CP-SAT needs integer variables with finite bounds).
+            As for [`ILP`][imle_solvers.ILP]; any back end works (CP-SAT needs integer variables with finite
+            bounds).
         """
         from .errors import require
 

@@ -1,6 +1,7 @@
 """The I-MLE layer: perturb-and-MAP forward, target MAP backward (paper, Algorithm 1 and eq. 7).
 
-One `torch.autograd.Function`, [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP], is defined here and shared by every
+One `torch.autograd.Function`, [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP], is defined here and shared
+by every
 estimator of the library (I-MLE, STE, blackbox, perturbed optimizers): they differ only in the noise
 drawn in the forward pass and in the *gradient rule* applied in the backward pass.
 
@@ -126,7 +127,8 @@ class PerturbAndMAPLayer(nn.Module):
     generator
         Optional `torch.Generator` (on the weights' device) for reproducible noise.
     check_finite
-        Check weights for NaN/inf before solving. ``None``: always, except for a [`TorchOracle`][imle_solvers.imle.TorchOracle]
+        Check weights for NaN/inf before solving. ``None``: always, except for a
+        [`TorchOracle`][imle_solvers.imle.TorchOracle]
         on an accelerator, where the check would cost a host synchronisation.
     """
 
@@ -189,7 +191,8 @@ class IMLE(PerturbAndMAPLayer):
         S. Output shape is ``(..., m)`` for ``S = 1`` and ``(..., S, m)`` for ``S > 1``; the backward
         pass averages the S estimates.
     pool
-        Optional [`SolverPool`][imle_solvers.pool.SolverPool]: the forward's and the backward's N·S rows each go
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool]: the forward's and the backward's N·S rows each
+        go
         out in one call.
     generator
         Optional `torch.Generator` on the weights' device.

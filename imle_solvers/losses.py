@@ -1,9 +1,12 @@
 """Losses and metrics for training through discrete structures (paper sec. 5; predict-then-optimize).
 
 * [`hamming_loss`][imle_solvers.hamming_loss] — distance between states (paper sec. 5, Fact 1).
-* [`regret`][imle_solvers.regret] — the decision quality of predicted weights under the true ones (Elmachtoub & Grigas).
-* [`SPOPlusLoss`][imle_solvers.SPOPlusLoss] — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas 2022).
-* [`FenchelYoungLoss`][imle_solvers.FenchelYoungLoss] — the perturbed Fenchel-Young loss (Berthet et al. 2020).
+* [`regret`][imle_solvers.regret] — the decision quality of predicted weights under the true ones (Elmachtoub
+& Grigas).
+* [`SPOPlusLoss`][imle_solvers.SPOPlusLoss] — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas
+2022).
+* [`FenchelYoungLoss`][imle_solvers.FenchelYoungLoss] — the perturbed Fenchel-Young loss (Berthet et al.
+2020).
 
 All solving goes through `imle_solvers.oracle.map_solve`: one batched oracle (or pool) call per
 pass. Weights are in the oracle's sense (costs for a ``"min"`` oracle, values for ``"max"``).

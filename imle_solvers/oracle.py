@@ -6,7 +6,8 @@ A MAP oracle maps weights to a highest-scoring state of the constrained exponent
 Two contracts:
 
 * [`MapOracle`][imle_solvers.MapOracle] — a host (numpy) solver: CP-SAT, PuLP, NetworkX, your own code.
-* [`TorchOracle`][imle_solvers.TorchOracle] — a device-native, batched solver (e.g. [`TopK`][imle_solvers.TopK]) that never
+* [`TorchOracle`][imle_solvers.TorchOracle] — a device-native, batched solver (e.g.
+[`TopK`][imle_solvers.TopK]) that never
   leaves the weights' device.
 
 Sign convention (``DESIGN.md``): ``oracle.sense == "max"`` means the weights handed to it are scores θ;
@@ -59,7 +60,8 @@ class MapOracle(abc.ABC):
     Notes
     -----
     ``solve`` must be correct for *any* finite weights, negative ones included (perturbations and SPO+'s
-    ``2ĉ − c`` produce them), or raise a typed error from [`imle_solvers.errors`][imle_solvers.errors]. It must not
+    ``2ĉ − c`` produce them), or raise a typed error from [`imle_solvers.errors`][imle_solvers.errors]. It
+    must not
     modify ``weights`` in place (they may be a view of the caller's tensor).
     Ties may be broken arbitrarily but deterministically.
     """
@@ -181,7 +183,8 @@ class BatchSolver(Protocol):
 
 
 def check_oracle(oracle: object) -> MapOracle:
-    """Return ``oracle`` if it is a [`MapOracle`][imle_solvers.MapOracle], else raise ``TypeError`` (layers, losses, pools)."""
+    """Return ``oracle`` if it is a [`MapOracle`][imle_solvers.MapOracle], else raise ``TypeError`` (layers,
+    losses, pools)."""
     if not isinstance(oracle, MapOracle):
         raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
     return oracle

@@ -2,11 +2,13 @@
 
 An I-MLE step makes ``2·N·S`` oracle calls (paper, Algorithm 1: the forward ``MAP(θ + ε)`` and the
 target ``MAP(θ' + ε)`` for every row and sample). `map_solve` hands each of
-the two ``(N·S, m)`` host batches to a pool in ONE call; [`SolverPool`][imle_solvers.pool.SolverPool] spreads the rows over
+the two ``(N·S, m)`` host batches to a pool in ONE call; [`SolverPool`][imle_solvers.pool.SolverPool] spreads
+the rows over
 workers and returns the states in row order, or solves them in the caller when parallelism would not
 pay (see [`PoolPlan`][imle_solvers.pool.PoolPlan]).
 
-[`SolutionCache`][imle_solvers.pool.SolutionCache] (solution caching, Mulamba et al. 2021) is re-exported from here.
+[`SolutionCache`][imle_solvers.pool.SolutionCache] (solution caching, Mulamba et al. 2021) is re-exported
+from here.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ _EMA = 0.3  # weight of a new measurement in the running estimates
 
 @dataclasses.dataclass(frozen=True)
 class PoolPlan:
-    """How the last [`SolverPool.solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call was carried out, and why.
+    """How the last [`SolverPool.solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call was carried
+    out, and why.
 
     Attributes
     ----------
@@ -152,8 +155,10 @@ class SolverPool:
         workers); ``"thread"``: a thread pool (for solvers that release the GIL, or unpicklable
         oracles); ``"serial"``: solve in the caller; ``"dask"``: a ``dask.distributed`` cluster.
     timeout
-        Seconds allowed for one [`solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call (``None``: no limit). On the process backend
-        busy workers are killed and replaced and [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised;
+        Seconds allowed for one [`solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call (``None``: no
+        limit). On the process backend
+        busy workers are killed and replaced and
+        [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised;
         rows solved in the caller or on threads are checked between rows (a running solve cannot be
         interrupted there).
     chunksize
@@ -180,7 +185,8 @@ class SolverPool:
     dask_address
         Scheduler address (``"tcp://host:8786"``) for the Dask backend.
     client
-        An existing ``distributed.Client`` for the Dask backend (left open on [`close`][imle_solvers.pool.SolverPool.close]).
+        An existing ``distributed.Client`` for the Dask backend (left open on
+        [`close`][imle_solvers.pool.SolverPool.close]).
 
     Attributes
     ----------
@@ -190,7 +196,8 @@ class SolverPool:
     Notes
     -----
     Each oracle is identified by object identity: mutate an oracle after handing it to a pool and the
-    workers keep the old copy; call [`forget`][imle_solvers.pool.SolverPool.forget] after mutating it. [`TorchOracle`][imle_solvers.TorchOracle]
+    workers keep the old copy; call [`forget`][imle_solvers.pool.SolverPool.forget] after mutating it.
+    [`TorchOracle`][imle_solvers.TorchOracle]
     instances are always solved in the caller (the layers never send them here: they solve on the
     weights' device).
 

@@ -29,7 +29,8 @@ SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Pyth
 
 
 def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
-    """``(m,)`` float64 weights, or [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] for a wrong shape or NaN/inf entries.
+    """``(m,)`` float64 weights, or [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] for a
+    wrong shape or NaN/inf entries.
 
     A finite sum proves every entry finite (NaN and ±inf propagate), so the element-wise test only runs
     when the sum is not finite: one cheap reduction on the hot path of every solve.
@@ -46,7 +47,8 @@ def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
 
 
 def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str = "") -> None:
-    """Handle a feasible-but-unproven solution: warn, or raise [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] when strict."""
+    """Handle a feasible-but-unproven solution: warn, or raise
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] when strict."""
     message = (
         f"{adapter}: time limit of {time_limit} s reached with a feasible state that is not proven "
         f"optimal{detail}"

@@ -1,7 +1,8 @@
 """OR-Tools CP-SAT as a MAP oracle: the model is built once, each call only replaces the objective.
 
 CP-SAT optimises integer objectives, so float weights are scaled to integers (see
-[`CPSATOracle`][imle_solvers.CPSATOracle], *Resolution*); the returned state is optimal for the float weights up to a
+[`CPSATOracle`][imle_solvers.CPSATOracle], *Resolution*); the returned state is optimal for the float weights
+up to a
 documented, tested bound.
 """
 
@@ -44,7 +45,8 @@ class CPSATOracle(MapOracle):
     time_limit
         Seconds per solve (``None``: no limit).
     workers
-        CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.pool.SolverPool] parallelises
+        CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.pool.SolverPool]
+        parallelises
         across instances instead).
     strict
         When the time limit stops the search with a feasible but unproven state: ``False`` returns it

@@ -1,4 +1,5 @@
-"""Batched, device-native shortest paths on a fixed directed acyclic graph (a [`TorchOracle`][imle_solvers.TorchOracle]).
+"""Batched, device-native shortest paths on a fixed directed acyclic graph (a
+[`TorchOracle`][imle_solvers.TorchOracle]).
 
 On a DAG the shortest path is a dynamic programme over a topological order, correct for *negative*
 edge costs (there are no cycles to exploit). Nodes are grouped into topological *levels* (a node's

@@ -5,16 +5,19 @@ indicator of an optimal structure — the MAP state ``argmax_{z ∈ C} ⟨z, θ�
 for the polytope ``C`` of paths, matchings or spanning trees (Example 3: a shortest path is the
 MAP state of the *costs*, ``θ = −c``).
 
-* [`ShortestPath`][imle_solvers.ShortestPath] — source → target path in any NetworkX graph, edge or node weights
+* [`ShortestPath`][imle_solvers.ShortestPath] — source → target path in any NetworkX graph, edge or node
+weights
   (``sense="min"``), correct for negative weights (topological DP on DAGs, Bellman-Ford otherwise);
-* [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a vertex-weighted grid, the setting of
+* [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a vertex-weighted
+grid, the setting of
   the Warcraft experiment (Vlastelica et al., ICLR 2020; paper sec. 5), batched through SciPy;
 * [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
 * [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest.
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
-NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers.errors.require] (extra ``graphs``).
+NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers.errors.require] (extra
+``graphs``).
 """
 
 from __future__ import annotations
@@ -165,13 +168,15 @@ class ShortestPath(_GraphOracle):
     * **directed, all arc costs ≥ 0**: Dijkstra (``scipy.sparse.csgraph``), ``O(E log V)``;
     * **directed, some cost < 0**: Bellman-Ford (``scipy.sparse.csgraph``), ``O(V E)``;
     * **undirected**: each edge is two opposite arcs, so an edge of negative cost is a negative
-      2-cycle (walk it back and forth) and raises [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. With node weights the
+      2-cycle (walk it back and forth) and raises
+      [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. With node weights the
       cycle ``u → v → u`` costs ``w_u + w_v``; when no adjacent pair sums below 0 the potential
       ``h = w / 2`` (Johnson reweighting) makes every arc cost ``(w_u + w_v) / 2 ≥ 0`` and Dijkstra is
       exact, negative node weights included.
 
     A negative cycle on the way (reachable from ``source`` and reaching ``target``) makes the shortest
-    walk unbounded: [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the returned path is simple and optimal
+    walk unbounded: [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the returned
+    path is simple and optimal
     (within floating-point rounding; cycles of total cost zero that rounding makes slightly negative
     are reported as negative). No path at all: [`InfeasibleError`][imle_solvers.errors.InfeasibleError].
 
@@ -513,7 +518,8 @@ class GridShortestPath(_GraphOracle):
     -----
     *Negative weights.* Any cycle's cost is half the sum of its consecutive pair sums
     ``w_u + w_v``, so the grid has a negative cycle iff two adjacent cells sum below 0: then
-    [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the potential ``h = w / 2`` (Johnson reweighting) turns the
+    [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the potential ``h = w / 2``
+    (Johnson reweighting) turns the
     problem into an undirected graph with edge costs ``(w_u + w_v) / 2 ≥ 0`` whose paths cost
     ``path cost − (w_s + w_t) / 2``: Dijkstra on it (with the costs doubled, ``w_u + w_v``) is exact,
     negative cell weights included. (Rows without a negative cell take the cheaper direct form: arc
@@ -576,7 +582,8 @@ class GridShortestPath(_GraphOracle):
         return [(nodes[a], nodes[b]) for a, b in zip(self._tail.tolist(), self._head.tolist()) if a < b]
 
     def _costs(self, w: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Arc costs in CSR order, per row; raises [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError] naming the bad rows.  [..., a]
+        """Arc costs in CSR order, per row; raises
+        [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError] naming the bad rows.  [..., a]
 
         A row with no negative cell uses ``c(u → v) = w_v`` (entering a cell costs its weight; the
         source's weight is a constant). A row with a negative cell uses the reweighted ``w_u + w_v``

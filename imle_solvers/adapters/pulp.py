@@ -4,12 +4,14 @@ What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortes
 ``docs/benchmarks.md``):
 
 * ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python and writes it as MPS, starts a
-  ``cbc`` process and parses its solution file. [`PulpOracle`][imle_solvers.PulpOracle] reads the constraints **once**,
+  ``cbc`` process and parses its solution file. [`PulpOracle`][imle_solvers.PulpOracle] reads the constraints
+  **once**,
   keeps the MPS text of every column and per call only inserts the objective coefficients; what
   remains is CBC's own cost (process start, reading the file, solving), which PuLP offers no way to
   avoid: CBC has no in-process API in PuLP, and a long-lived interactive CBC process gives wrong
   answers after the objective changes (it keeps the old incumbent).
-* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle] builds the
+* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle] builds
+the
   ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run``.
 * Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``).
 """

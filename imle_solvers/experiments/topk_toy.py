@@ -14,7 +14,8 @@ Each run is 50 steps of SGD with momentum 0.9 from the same ``θ₀``; the runs 
 estimators' randomness. All runs *and* all learning rates of a grid point go through the layer as
 one batch (rows = learning rates × runs), one layer call per step, so the whole grid takes seconds.
 
-Public entry points: [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] → [`ToyResult`][imle_solvers.experiments.topk_toy.ToyResult], `plot`, and `main` (the
+Public entry points: [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] →
+[`ToyResult`][imle_solvers.experiments.topk_toy.ToyResult], `plot`, and `main` (the
 ``imle-solvers toy`` command).
 """
 
@@ -319,7 +320,8 @@ class ToyResult:
         return dataclasses.asdict(self)
 
     def save_json(self, path: str | Path) -> Path:
-        """Write [`to_dict`][imle_solvers.experiments.topk_toy.ToyResult.to_dict] as JSON to ``path``; returns the path."""
+        """Write [`to_dict`][imle_solvers.experiments.topk_toy.ToyResult.to_dict] as JSON to ``path``;
+        returns the path."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True))
@@ -534,7 +536,8 @@ def result_table(result: ToyResult) -> str:
 
 
 def summarize_instances(results: Sequence[ToyResult], reference: str = "ste-gumbel") -> list[dict[str, Any]]:
-    """Aggregate [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] results over several instances (seeds): how robust is the ranking?
+    """Aggregate [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] results over several instances
+    (seeds): how robust is the ranking?
 
     Per row key: the mean and median over instances of the gap ``L − L*`` (mean over runs, at the
     method's best setting on that instance), the number of instances where the method's gap is below
@@ -679,7 +682,8 @@ QUICK: dict[str, Any] = {
 def main(argv: Sequence[str] | None = None) -> int:
     """``imle-solvers toy [--runs N] [--steps N] [--seed S] [--out DIR] [--quick]``.
 
-    Runs [`run_toy`][imle_solvers.experiments.topk_toy.run_toy], prints the result table and writes ``topk_toy.json``, ``topk_toy.md`` and
+    Runs [`run_toy`][imle_solvers.experiments.topk_toy.run_toy], prints the result table and writes
+    ``topk_toy.json``, ``topk_toy.md`` and
     ``topk_toy.png`` (when matplotlib is installed) to ``--out``.
     """
     parser = argparse.ArgumentParser(
