@@ -25,7 +25,14 @@ from .estimators import STE, Blackbox, PerturbedOptimizer
 from .imle import IMLE, imle
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
 from .oracle import MapOracle, TorchOracle
-from .target import AdaptiveTarget, OptimalTarget, PerturbedTarget, TargetDistribution
+from .target import (
+    AdaptiveTarget,
+    OptimalTarget,
+    PerturbedTarget,
+    RelativeTarget,
+    RowAdaptiveTarget,
+    TargetDistribution,
+)
 from .topk import TopK
 
 __version__ = "0.1.0"
@@ -77,6 +84,8 @@ __all__ = [
     "PerturbedTarget",
     "PoolPlan",
     "PulpOracle",
+    "RelativeTarget",
+    "RowAdaptiveTarget",
     "SPOPlusLoss",
     "ShortestPath",
     "SolutionCache",

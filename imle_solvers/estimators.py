@@ -14,6 +14,7 @@ with its Gaussian
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import torch
 
@@ -36,20 +37,24 @@ class _StraightThrough:
 
 
 @dataclasses.dataclass(frozen=True)
-class _GaussianScore:
-    """Berthet et al. (2020), Prop. 3.1: ``J_θ E[MAP(θ+σZ)]ᵀ g = E[⟨MAP(θ+σZ), g⟩ Z] / σ``.
+class _PerturbedScore:
+    """Berthet et al. (2020), Prop. 3.1: ``J_θ E[MAP(θ+σZ)]ᵀ g = E[⟨MAP(θ+σZ), g⟩ ∇ν(Z)] / σ``.
 
-    With ``ε = σZ`` and ``g_s`` the gradient of sample ``s`` (which already carries the 1/S of the mean
-    the layer outputs), the estimate is ``Σ_s ⟨z_s, g_s⟩ ε_s / σ²``.
+    ``Z`` has density ``∝ exp(−ν(z))``: ``∇ν(Z) = Z`` for the standard normal, ``1 − exp(−Z)`` for the
+    standard Gumbel. With ``ε = σZ`` and ``g_s`` the gradient of sample ``s`` (which already carries the
+    1/S of the mean the layer outputs), the estimate is ``Σ_s ⟨z_s, g_s⟩ ∇ν(ε_s/σ) / σ``.
     """
 
     sigma: float
+    noise: str = "normal"
 
     def estimate(
         self, theta: torch.Tensor, eps: torch.Tensor, z: torch.Tensor, grad_z: torch.Tensor, solve: Solve
     ) -> torch.Tensor:
+        standard = eps / self.sigma  # Z = ε/σ   [N, S, m]
+        score = standard if self.noise == "normal" else -torch.expm1(-standard)  # ∇ν(Z)   [N, S, m]
         inner = (z * grad_z).sum(dim=-1, keepdim=True)  # ⟨z_s, g_s⟩      [N, S, 1]
-        return (inner * eps).sum(dim=1) / self.sigma**2  # Σ_s ⟨z_s,g_s⟩ ε_s / σ²   [N, m]
+        return (inner * score).sum(dim=1) / self.sigma  # Σ_s ⟨z_s,g_s⟩ ∇ν(Z_s) / σ   [N, m]
 
 
 class STE(PerturbAndMAPLayer):
@@ -72,13 +77,22 @@ class STE(PerturbAndMAPLayer):
         self,
         oracle: MapOracle,
         noise: NoiseDistribution | None = None,
+        *,
         samples: int = 1,
         pool: BatchSolver | None = None,
         generator: torch.Generator | None = None,
         check_finite: bool | None = None,
     ) -> None:
         noise = Gumbel() if noise is None else noise
-        super().__init__(oracle, noise, _StraightThrough(), samples, pool, generator, check_finite)
+        super().__init__(
+            oracle,
+            noise,
+            _StraightThrough(),
+            samples=samples,
+            pool=pool,
+            generator=generator,
+            check_finite=check_finite,
+        )
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` → ``(..., m)`` (``(..., S, m)`` when ``samples > 1``)."""
@@ -106,10 +120,11 @@ class Blackbox(PerturbAndMAPLayer):
         self,
         oracle: MapOracle,
         lam: float = 20.0,
+        *,
         pool: BatchSolver | None = None,
         check_finite: bool | None = None,
     ) -> None:
-        super().__init__(oracle, NoNoise(), PerturbedTarget(lam), 1, pool, None, check_finite)
+        super().__init__(oracle, NoNoise(), PerturbedTarget(lam), pool=pool, check_finite=check_finite)
         self.lam = lam
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
@@ -132,20 +147,41 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
         Noise scale σ > 0.
     samples
         M, the number of perturbations.
+    noise
+        ``"normal"`` (``Z ~ N(0, I)``, Berthet et al.'s default) or ``"gumbel"`` (``Z`` standard
+        Gumbel, score ``1 − exp(−Z)``): any noise with a known score gives the same estimator (Prop. 3.1).
     pool, generator, check_finite
         As for [`IMLE`][imle_solvers.IMLE].
+
+    References
+    ----------
+    Berthet, Blondel, Teboul, Cuturi, Vert & Bach, "Learning with Differentiable Perturbed Optimizers",
+    NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
     """
 
     def __init__(
         self,
         oracle: MapOracle,
         sigma: float = 1.0,
+        *,
         samples: int = 10,
+        noise: Literal["normal", "gumbel"] = "normal",
         pool: BatchSolver | None = None,
         generator: torch.Generator | None = None,
         check_finite: bool | None = None,
     ) -> None:
-        super().__init__(oracle, Normal(sigma), _GaussianScore(sigma), samples, pool, generator, check_finite)
+        if noise not in ("normal", "gumbel"):
+            raise ValueError(f"PerturbedOptimizer noise must be 'normal' or 'gumbel', got {noise!r}")
+        distribution: NoiseDistribution = Normal(sigma) if noise == "normal" else Gumbel(sigma)
+        super().__init__(
+            oracle,
+            distribution,
+            _PerturbedScore(sigma, noise),
+            samples=samples,
+            pool=pool,
+            generator=generator,
+            check_finite=check_finite,
+        )
         self.sigma = sigma
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:

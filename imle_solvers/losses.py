@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from .errors import ImleSolversError
 from .noise import NoiseDistribution, Normal
 from .oracle import BatchSolver, MapOracle, check_oracle, check_samples, check_weights, map_solve, sense_sign
 
@@ -57,8 +58,12 @@ def _flat_pair(
     oracle: MapOracle, weights_pred: torch.Tensor, weights_true: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate two same-shape ``(..., m)`` weight tensors and flatten them to ``(N, m)``."""
-    check_weights(weights_pred, oracle)
-    check_weights(weights_true, oracle)
+    for name, w in (("weights_pred", weights_pred), ("weights_true", weights_true)):
+        try:
+            check_weights(w, oracle)
+        except ImleSolversError as err:
+            err.message = f"{name}: {err.message}"
+            raise err.with_rows(err.rows) from None
     if weights_pred.shape != weights_true.shape:
         raise ValueError(
             f"weights_pred and weights_true differ in shape: {tuple(weights_pred.shape)} vs "
@@ -68,10 +73,28 @@ def _flat_pair(
     return weights_pred.reshape(-1, m), weights_true.reshape(-1, m)
 
 
+def _solve_pair(
+    oracle: MapOracle, first: torch.Tensor, second: torch.Tensor | None, names: tuple[str, str], pool: Any
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """MAP of ``first`` (and ``second``) in θ-space, one call; errors name the user's row and tensor."""
+    n = first.shape[0]
+    batch = first if second is None else torch.cat([first, second])  # [N or 2N, m]
+    try:
+        states = map_solve(oracle, batch, pool)
+    except ImleSolversError as err:
+        if err.rows:
+            parts = sorted({r // n for r in err.rows})
+            err.message = f"{err.message} (in {' and '.join(names[p] for p in parts)})"
+            err.with_rows(sorted({r % n for r in err.rows}))
+        raise
+    return (states, None) if second is None else (states[:n], states[n:])
+
+
 def regret(
     oracle: MapOracle,
     weights_pred: torch.Tensor,
     weights_true: torch.Tensor,
+    *,
     normalized: bool = True,
     pool: BatchSolver | None = None,
     optimal: torch.Tensor | None = None,
@@ -104,12 +127,13 @@ def regret(
     lead = weights_pred.shape[:-1]
     pred, true = _flat_pair(oracle, weights_pred.detach(), weights_true.detach())
     sign = sense_sign(oracle)
-    n = pred.shape[0]
+    names = ("the solve of weights_pred", "the solve of weights_true")
     if optimal is None:
-        both = map_solve(oracle, sign * torch.cat([pred, true]), pool)  # [ẑ; z*]   [2N, m]
-        z_pred, z_true = both[:n], both[n:]
+        z_pred, z_opt = _solve_pair(oracle, sign * pred, sign * true, names, pool)  # ẑ, z*   [N, m] each
+        assert z_opt is not None
+        z_true = z_opt
     else:
-        z_pred = map_solve(oracle, sign * pred, pool)  # ẑ = MAP(ĉ)   [N, m]
+        z_pred, _ = _solve_pair(oracle, sign * pred, None, names, pool)  # ẑ = MAP(ĉ)   [N, m]
         z_true = optimal.detach().reshape(-1, oracle.n_vars).to(true.dtype)
     obj_pred = (true * z_pred).sum(-1)  # ⟨c, ẑ⟩   [N]
     obj_true = (true * z_true).sum(-1)  # ⟨c, z*⟩  [N]
@@ -173,7 +197,9 @@ class SPOPlusLoss(nn.Module):
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
     """
 
-    def __init__(self, oracle: MapOracle, pool: BatchSolver | None = None, reduction: Reduction = "mean"):
+    def __init__(
+        self, oracle: MapOracle, *, pool: BatchSolver | None = None, reduction: Reduction = "mean"
+    ) -> None:
         super().__init__()
         check_oracle(oracle)
         self.oracle = oracle
@@ -190,13 +216,14 @@ class SPOPlusLoss(nn.Module):
         lead = weights_pred.shape[:-1]
         pred, true = _flat_pair(self.oracle, weights_pred, weights_true)
         sign = sense_sign(self.oracle)
-        n = pred.shape[0]
         theta_spo = sign * (2 * pred.detach() - true.detach())  # 2θ̂ − θ   [N, m]
-        if optimal is None:
-            both = map_solve(self.oracle, torch.cat([theta_spo, sign * true.detach()]), self.pool)
-            z_spo, z_true = both[:n], both[n:]  # one call: MAP(2θ̂ − θ), MAP(θ)   [N, m] each
+        names = ("the solve of 2·weights_pred − weights_true", "the solve of weights_true")
+        if optimal is None:  # one call: MAP(2θ̂ − θ), MAP(θ)   [N, m] each
+            z_spo, z_opt = _solve_pair(self.oracle, theta_spo, sign * true.detach(), names, self.pool)
+            assert z_opt is not None
+            z_true = z_opt
         else:
-            z_spo = map_solve(self.oracle, theta_spo, self.pool)  # MAP(2θ̂ − θ)   [N, m]
+            z_spo, _ = _solve_pair(self.oracle, theta_spo, None, names, self.pool)  # MAP(2θ̂ − θ)
             z_true = optimal.detach().reshape(-1, self.oracle.n_vars).to(pred.dtype)
         value = _SPOPlusFunction.apply(pred, true.detach(), z_true, z_spo, sign)
         return _reduce(value.reshape(lead), self.reduction)  # type: ignore[union-attr]
@@ -263,6 +290,7 @@ class FenchelYoungLoss(nn.Module):
     def __init__(
         self,
         oracle: MapOracle,
+        *,
         sigma: float = 1.0,
         samples: int = 10,
         noise: NoiseDistribution | None = None,
@@ -294,7 +322,12 @@ class FenchelYoungLoss(nn.Module):
         n, s = theta.shape[0], self.samples
         eps = self.noise.sample((n, s, m), device=theta.device, dtype=theta.dtype, generator=self.generator)
         perturbed = theta.unsqueeze(1) + eps  # θ + ε   [N, S, m]
-        z = map_solve(self.oracle, perturbed.reshape(n * s, m), self.pool).view(n, s, m)  # MAP(θ+ε)
+        try:
+            z = map_solve(self.oracle, perturbed.reshape(n * s, m), self.pool).view(n, s, m)  # MAP(θ+ε)
+        except ImleSolversError as err:
+            if err.rows and s > 1:
+                err.with_rows(sorted({r // s for r in err.rows}))
+            raise
         target = y.detach().reshape(-1, m).to(theta.dtype)
         value = (perturbed * z).sum(-1).mean(1) - (theta * target).sum(-1)  # F̂_ε(θ) − ⟨θ, y⟩   [N]
         grad_theta = z.mean(1) - target  # E[MAP(θ + ε)] − y   [N, m]

@@ -17,6 +17,7 @@ from imle_solvers import (
     OptimalTarget,
     PerturbedOptimizer,
     PerturbedTarget,
+    RowAdaptiveTarget,
     SumOfGamma,
     TopK,
     hamming_loss,
@@ -185,8 +186,8 @@ def test_optimal_target_params() -> None:
     assert torch.equal(OptimalTarget().params(theta, grad), torch.tensor([1.0, 0.5, -2.0]))
 
 
-def test_adaptive_target_lambda_and_update() -> None:
-    target = AdaptiveTarget(nonzero_target=0.5, alpha=1.0, step=0.1)
+def test_row_adaptive_target_lambda_and_update() -> None:
+    target = RowAdaptiveTarget(nonzero_target=0.5, alpha=1.0, step=0.1)
     theta = torch.tensor([[[3.0, 4.0]]])
     grad = torch.tensor([[[0.0, 2.0]], [[0.0, 0.0]]]).reshape(1, 2, 2)
     lam = target.lam(theta, grad)
@@ -196,12 +197,12 @@ def test_adaptive_target_lambda_and_update() -> None:
     target._update(torch.ones(4, 2))  # denser → α shrinks
     assert abs(target.alpha - 1.0) < 1e-12
     with pytest.raises(ValueError):
-        AdaptiveTarget(nonzero_target=0)
+        RowAdaptiveTarget(nonzero_target=0)
 
 
-def test_adaptive_target_trains_and_adapts() -> None:
+def test_row_adaptive_target_trains_and_adapts() -> None:
     oracle = TopK(3, 10)
-    target = AdaptiveTarget(nonzero_target=0.3)
+    target = RowAdaptiveTarget(nonzero_target=0.3)
     y = oracle.solve_torch(torch.randn(16, 10, generator=gen(18)))
     theta = torch.zeros(16, 10, requires_grad=True)
     opt = torch.optim.SGD([theta], lr=0.5)

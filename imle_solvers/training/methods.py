@@ -6,10 +6,11 @@ Each method turns a model's predicted weights ``ĉ`` (in the oracle's sense) and
 ============  ===========================================================================================
 name          loss (``S`` perturbations, ``⟨·,·⟩`` summed over the m variables)
 ============  ===========================================================================================
-imle          I-MLE, PID target (eq. 8, λ = 10), SumOfGamma noise, S = 10, decision loss ``ℓ_R``
+imle          I-MLE, the default scale-equivariant target (RelativeTarget), SumOfGamma, S = 10, ``ℓ_R``
+imle-pid      I-MLE, the paper's fixed-λ PID target (eq. 8, λ = 10), SumOfGamma noise, S = 10, ``ℓ_R``
 imle-mumu     I-MLE "μ-μ": OptimalTarget (eq. 10) + ``ℓ_R`` → ``MAP(θ+ε) − MAP(−c+ε)`` (Fact 2), S = 10
-imle-mm       I-MLE "M-M": OptimalTarget + Hamming loss to ``z*`` → perceptron rule (Fact 1), S = 10
-aimle         I-MLE with the adaptive target (AI-MLE), ``ℓ_R``, S = 10
+imle-mm       I-MLE "M-M": no noise, OptimalTarget + Hamming loss to ``z*`` → ``MAP(θ) − z*`` (Fact 1)
+aimle         AI-MLE (Minervini et al. 2023): the published adaptive target, ``ℓ_R``, S = 10
 dbb           Blackbox (Vlastelica et al. 2020), λ = 20, ``ℓ_R``
 dpo           PerturbedOptimizer (Berthet et al. 2020), σ = 1, S = 10, squared error to ``z*``
 pfyl          perturbed Fenchel-Young loss (Berthet et al. 2020), σ = 1, S = 10
@@ -19,8 +20,9 @@ two-stage     mean squared error between ``ĉ`` and ``c`` (no solver in training
 
 ``ℓ_R(z; c) = ⟨c, z⟩`` for a ``"min"`` oracle (``−⟨c, z⟩`` for ``"max"``) is the regret up to a term
 that does not depend on ``z``, so ``∇z ℓ_R = c`` (θ-space ``−θ_true``). Targets (eq. 8, eq. 10) need
-the *unscaled* per-instance ``∇z ℓ``: the layer-based methods sum the loss over the batch and rescale
-the weights' gradient by ``1/B`` instead (`scale_grad`), so that e.g. eq. 10 gives ``θ' = −c``.
+the *unscaled* per-instance, per-sample ``∇z ℓ``: the layer-based methods sum the loss over the batch
+and the samples and rescale the weights' gradient by ``1/(B·S)`` instead (`scale_grad`), so that e.g.
+eq. 10 gives ``θ' = −c`` and the update is the mean over instances and samples.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ from torch import nn
 from ..estimators import Blackbox, PerturbedOptimizer
 from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
-from ..noise import NoiseDistribution, SumOfGamma
+from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
-from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget
+from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 
 __all__ = ["METHODS", "Method", "build_method", "decision_loss", "scale_grad"]
 
@@ -110,7 +112,7 @@ def build_method(
     noise
         Perturbation of the I-MLE methods (default ``SumOfGamma()``, κ = ``oracle.expected_nonzeros``).
     lam
-        λ of the PID target.
+        λ of the fixed-λ PID target (``imle-pid``).
     sigma
         σ of DPO and the Fenchel-Young loss.
     bb_lam
@@ -147,15 +149,17 @@ def build_method(
     if name == "dbb":
         layer: nn.Module = Blackbox(oracle, lam=bb_lam, pool=pool)
         return Method(name, _summed(layer, 1, bb_loss, oracle), [layer])
-    target = {
-        "imle": PerturbedTarget(lam),
+    if name == "imle-mm":  # Fact 1 is noise-free: MAP(θ) − z*, one sample
+        layer = IMLE(oracle, noise=NoNoise(), target=OptimalTarget())
+        return Method(name, _summed(layer, 1, "hamming", oracle), [layer])
+    target: TargetDistribution = {
+        "imle": RelativeTarget(),
+        "imle-pid": PerturbedTarget(lam),
         "aimle": AdaptiveTarget(),
         "imle-mumu": OptimalTarget(),
-        "imle-mm": OptimalTarget(),
     }[name]
     layer = IMLE(oracle, noise=sog, target=target, samples=samples, pool=pool)
-    kind = "hamming" if name == "imle-mm" else "regret"
-    return Method(name, _summed(layer, samples, kind, oracle), [layer])
+    return Method(name, _summed(layer, samples, "regret", oracle), [layer])
 
 
 def _summed(
@@ -163,14 +167,14 @@ def _summed(
 ) -> Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]:
     """Loss through a perturb-and-MAP layer, summed over instances and samples.
 
-    Targets (eq. 8's ``θ − λ∇zℓ``, eq. 10's ``−∇zℓ``) need the *per-instance* ``∇z ℓ`` (e.g. ``c``),
-    not one divided by the batch size; the weights' gradient is rescaled by ``1/B`` instead, and the
-    layer itself averages its S per-sample estimates.
+    Targets (eq. 8's ``θ − λ∇zℓ``, eq. 10's ``−∇zℓ``) need the *per-instance, per-sample* ``∇z ℓ``
+    (e.g. ``c``), not one divided by the batch size or S; the layer sums its S per-sample estimates,
+    and the weights' gradient is rescaled by ``1/(B·S)``: the update is their mean.
     """
 
     def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(c_hat)
-        z = layer(scale_grad(c_hat, 1.0 / n)).reshape(n, samples, -1)  # z = MAP(θ + ε)   [B, S, m]
+        z = layer(scale_grad(c_hat, 1.0 / (n * samples))).reshape(n, samples, -1)  # MAP(θ+ε)  [B, S, m]
         if kind == "regret":
             per = decision_loss(z, b[1], oracle)  # ℓ_R = ⟨c, z⟩ → ∇z ℓ = c   [B, S]
         else:
@@ -192,10 +196,11 @@ def _both(loss: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 #: method name → one-line description (the order is the table order)
 METHODS: dict[str, str] = {
-    "imle": "I-MLE, PID target λ=10, SumOfGamma, S=10, regret loss",
+    "imle": "I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss",
+    "imle-pid": "I-MLE, the paper's fixed-λ PID target (λ=10), SumOfGamma, S=10, regret loss",
     "imle-mumu": "I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10",
-    "imle-mm": "I-MLE M-M: optimal target (eq. 10) + Hamming loss (Fact 1), S=10",
-    "aimle": "AI-MLE: adaptive target, S=10, regret loss",
+    "imle-mm": "I-MLE M-M: no noise, optimal target (eq. 10) + Hamming loss (Fact 1)",
+    "aimle": "AI-MLE: the published adaptive target, S=10, regret loss",
     "dbb": "Blackbox (DBB), λ=20, regret loss (Hamming on terrain)",
     "dpo": "PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*",
     "pfyl": "perturbed Fenchel-Young loss, σ=1, S=10",
