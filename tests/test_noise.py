@@ -27,10 +27,10 @@ def test_gumbel_moments_and_ks() -> None:
     assert abs(x.var() - math.pi**2 * tau**2 / 6) < 0.15
 
 
-@pytest.mark.parametrize(("k", "tau"), [(5, 1.0), (3, 2.5)])
-def test_lemma1_sum_of_k_sog_is_gumbel(k: int, tau: float) -> None:
+@pytest.mark.parametrize(("k", "tau", "s"), [(5, 1.0, 400), (3, 2.5, 400), (5, 1.0, 60), (3, 2.5, 60)])
+def test_lemma1_sum_of_k_sog_is_gumbel(k: int, tau: float, s: int) -> None:
     # Lemma 1: Σ_{j=1}^{k} SoG(k, τ) ~ Gumbel(0, τ); with large s the finite-s bias (≤ τ/2s) is negligible.
-    s = 400
+    # s = 400 draws the Gamma variates, s = 60 uses the quantile table.
     eps = SumOfGamma(k=k, tau=tau, s=s).sample((8000, k), dtype=torch.float64, generator=gen(1))
     total = eps.sum(dim=1).numpy()
     assert stats.kstest(total, stats.gumbel_r(loc=0, scale=tau).cdf).pvalue > 0.01
@@ -120,3 +120,80 @@ def test_sog_resolves_k_from_oracle() -> None:
 def test_invalid_parameters(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
         make()
+
+
+# --------------------------------------------------------------------------- the SoG quantile table
+def _sog_exact_cdf(x: np.ndarray, k: float, tau: float, s: int) -> np.ndarray:
+    """CDF of SoG(k, τ, s) from Moschopoulos' series, independent of the table's interpolation."""
+    from imle_solvers.noise import _sog_series
+
+    series = _sog_series(k, s)
+    assert series is not None
+    rho, b, w = series
+    from scipy import special
+
+    total = np.asarray(x) * k / tau + math.log(s)  # X = κ·SoG/τ + log s
+    y = np.clip(total, 0, None)[:, None] / b
+    return special.gammainc(rho + np.arange(len(w)), y) @ w
+
+
+@pytest.mark.parametrize("k", [1.0, 5.0, 12.0, 50.0, 8.6])
+def test_sog_table_matches_the_exact_distribution(k: float) -> None:
+    tau, s = 1.5, 10
+    fast = SumOfGamma(k=k, tau=tau, s=s).sample((400_000,), dtype=torch.float64, generator=gen(20)).numpy()
+    # KS distance to the exact CDF, read on 2,000 points spread over the sample's quantiles
+    grid = np.quantile(fast, np.linspace(0.0005, 0.9995, 2000))
+    empirical = np.searchsorted(np.sort(fast), grid, side="right") / fast.size
+    distance = np.max(np.abs(empirical - _sog_exact_cdf(grid, k, tau, s)))
+    assert distance < 1.63 / math.sqrt(fast.size)  # the 1 % critical value: sampling noise only
+    # two-sample KS against the exact (Gamma-sum) sampler
+    exact = SumOfGamma(k=k, tau=tau, s=s, exact=True).sample((200_000,), dtype=torch.float64,
+                                                         generator=gen(21))
+    assert stats.ks_2samp(fast, exact.numpy()).pvalue > 1e-3
+    # k = 1 has a closed form: Σ_i Exp(rate i) = max of s Exp(1) (Rényi), CDF (1 − e^{−x})^s
+    if k == 1.0:
+        grid = np.linspace(-2, 8, 50)
+        np.testing.assert_allclose(_sog_exact_cdf(grid, 1.0, tau, s),
+                                   (1 - np.exp(-np.clip(grid / tau + math.log(s), 0, None))) ** s, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1.0, 5.0, 12.0, 50.0])
+def test_sog_table_moments_match_the_formulas(k: float) -> None:
+    # The table's own distribution, integrated over logit(u) (no Monte-Carlo noise):
+    # mean (τ/κ)(H_s − log s) and variance (τ/κ)²·κ·Σ 1/i², both within 0.5 %.
+    from imle_solvers.noise import _T_MAX, _T_POINTS, _sog_table
+
+    tau, s = 2.0, 10
+    table = _sog_table(k, s, tau, torch.device("cpu"), torch.float64)
+    assert table is not None
+    t = np.linspace(-_T_MAX, _T_MAX, _T_POINTS)
+    density = np.exp(-np.abs(t)) / (1 + np.exp(-np.abs(t))) ** 2  # logistic density of logit(U)
+    values = table.numpy()
+    mean = np.trapezoid(values * density, t)
+    var = np.trapezoid((values - mean) ** 2 * density, t)
+    harmonic = sum(1 / i for i in range(1, s + 1))
+    assert mean == pytest.approx(tau / k * (harmonic - math.log(s)), rel=5e-3)
+    assert var == pytest.approx((tau / k) ** 2 * k * sum(1 / i**2 for i in range(1, s + 1)), rel=5e-3)
+
+
+def test_sog_table_tails_and_dtypes() -> None:
+    x32 = SumOfGamma(k=5).sample((2_000_000,), dtype=torch.float32, generator=gen(22))
+    assert torch.isfinite(x32).all() and x32.dtype == torch.float32
+    assert float(x32.min()) >= -math.log(10) / 5 - 1e-6  # X ≥ 0: SoG ≥ −(τ/κ) log s
+    # exact sampler and table agree on a far quantile (P(X > x) ~ 1e-5)
+    fast = SumOfGamma(k=5).sample((1_000_000,), dtype=torch.float64, generator=gen(23))
+    exact = SumOfGamma(k=5, exact=True).sample((1_000_000,), dtype=torch.float64, generator=gen(24))
+    q_fast, q_exact = np.quantile(fast.numpy(), 0.99999), np.quantile(exact.numpy(), 0.99999)
+    assert abs(q_fast - q_exact) / q_exact < 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [1.0, 5.0, 12.0, 50.0])
+def test_sog_table_ks_on_ten_million_draws(k: float) -> None:
+    fast = SumOfGamma(k=k).sample((10_000_000,), dtype=torch.float64, generator=gen(25)).numpy()
+    exact = SumOfGamma(k=k, exact=True).sample((10_000_000,), dtype=torch.float64, generator=gen(26)).numpy()
+    assert stats.ks_2samp(fast, exact).statistic < 1e-3
+    harmonic = sum(1 / i for i in range(1, 11))
+    mean, var = (harmonic - math.log(10)) / k, sum(1 / i**2 for i in range(1, 11)) / k
+    assert fast.mean() == pytest.approx(mean, abs=5 * math.sqrt(var / fast.size))
+    assert fast.var() == pytest.approx(var, rel=5e-3)
