@@ -177,14 +177,18 @@ def _sog_quantile_table(kappa: float, s: int) -> np.ndarray | None:
     return np.exp(inverse(np.linspace(-_T_MAX, _T_MAX, _T_POINTS)))  # x(t)   [_T_POINTS]
 
 
-_DEVICE_TABLES: dict[tuple[float, int, float, str, torch.dtype], torch.Tensor] = {}
+_T_STEP = (_T_POINTS - 1) / (2 * _T_MAX)  # grid points per unit of logit(u)
+_T_LAST = _T_POINTS - 1.5  # the last interpolation cell starts at index _T_POINTS − 2
+
+_DEVICE_TABLES: dict[tuple[float, int, float, str, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 _DEVICE_TABLES_LOCK = threading.Lock()
 
 
 def _sog_table(
     kappa: float, s: int, tau: float, device: torch.device, dtype: torch.dtype
-) -> torch.Tensor | None:
-    """``(τ/κ)(x(t) − log s)`` on ``device``: the SoG draw at each grid point of ``logit(u)``."""
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(v, Δv)`` on ``device``: the SoG draw ``(τ/κ)(x(t) − log s)`` at each grid point of
+    ``logit(u)`` and its increment to the next point (``Δv[-1] = 0``)."""
     key = (kappa, s, tau, str(device), dtype)
     table = _DEVICE_TABLES.get(key)
     if table is None:
@@ -192,7 +196,11 @@ def _sog_table(
         if quantiles is None:
             return None
         values = (tau / kappa) * (quantiles - math.log(s))  # SoG = (τ/κ)(X − log s)
-        table = torch.from_numpy(values).to(device=device, dtype=dtype)
+        slopes = np.append(np.diff(values), 0.0)
+        table = (
+            torch.from_numpy(values).to(device=device, dtype=dtype),
+            torch.from_numpy(slopes).to(device=device, dtype=dtype),
+        )
         with _DEVICE_TABLES_LOCK:
             _DEVICE_TABLES[key] = table
     return table
@@ -275,13 +283,14 @@ class SumOfGamma(NoiseDistribution):
         table = None if self.exact else _sog_table(k, s, float(self.tau), dev, dtype)
         if table is None:
             return self._sample_exact(shape, dev, dtype, generator)
+        values, slopes = table
         u = torch.rand(shape, device=dev, dtype=dtype, generator=generator)  # U(0, 1)
-        step = (_T_POINTS - 1) / (2 * _T_MAX)
-        pos = torch.logit(u).mul_(step).add_(_T_MAX * step)  # grid position of logit(u)
-        pos = pos.clamp_(0.0, _T_POINTS - 1.0 - 1e-3 * (_T_POINTS - 1) * torch.finfo(dtype).eps)
-        index = pos.long()  # ⌊pos⌋   (pos ≥ 0)
-        low = table[index]  # SoG at the grid point below
-        return low.add_(pos.sub_(index).mul_(table[index + 1] - low))  # linear interpolation
+        pos = torch.logit(u).add_(_T_MAX).mul_(_T_STEP)  # grid position of logit(u) ∈ [−T, T]
+        pos = pos.clamp_(0.0, _T_LAST)  # u = 0 gives −inf: the table's first point
+        index = pos.to(torch.int32).view(-1)  # i = ⌊pos⌋ (pos ≥ 0)
+        low, slope = values.index_select(0, index), slopes.index_select(0, index)
+        # SoG = v[i] + (pos − i)·(v[i+1] − v[i]): one interpolation in the quantile table
+        return torch.addcmul(low, torch.frac(pos).view(-1), slope).view(shape)
 
     def _sample_exact(
         self, shape: Shape, device: torch.device, dtype: torch.dtype, generator: torch.Generator | None

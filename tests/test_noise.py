@@ -168,7 +168,7 @@ def test_sog_table_moments_match_the_formulas(k: float) -> None:
     assert table is not None
     t = np.linspace(-_T_MAX, _T_MAX, _T_POINTS)
     density = np.exp(-np.abs(t)) / (1 + np.exp(-np.abs(t))) ** 2  # logistic density of logit(U)
-    values = table.numpy()
+    values = table[0].numpy()
     mean = np.trapezoid(values * density, t)
     var = np.trapezoid((values - mean) ** 2 * density, t)
     harmonic = sum(1 / i for i in range(1, s + 1))

@@ -69,7 +69,10 @@ def main(argv: Sequence[str]) -> int:
         rows = module.run(quick=args.quick)
         results[name] = rows
         print(f"\n## bench {name}\n")
-        print(format_table(rows))
+        tables: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:  # a suite may return several tables, told apart by their "suite" key
+            tables.setdefault(str(row.get("suite", "")), []).append(row)
+        print("\n\n".join(format_table(t) for t in tables.values()))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -1,10 +1,13 @@
-"""``imle-solvers bench layer``: what the I-MLE layer adds on top of the raw oracle calls it makes.
+"""``imle-solvers bench layer``: noise sampling cost, and what the I-MLE layer adds to its oracle calls.
 
-An I-MLE training step (forward + backward) makes exactly two batched MAP calls of ``B·S`` rows. The
-suite times the step and the two raw oracle calls on the same inputs, in one run, and reports the
-ratio (1.0 = no overhead). Rows: the device-native ``TopK`` and a NumPy oracle through ``solve_batch``,
-with SumOfGamma noise (10 Gamma draws per entry: for microsecond oracles the noise, not the layer,
-dominates) and with Gumbel noise.
+Two tables, each measured in one run:
+
+* noise: seconds per ``sample`` of Gumbel, SumOfGamma (quantile table) and SumOfGamma with
+  ``exact=True`` (10 Gamma draws per entry) for shapes from ``(32, 10, 40)`` to ``(256, 10, 1000)``,
+  and the ratio SoG / Gumbel, on the CPU and, when one is present, on CUDA;
+* layer: an I-MLE training step (forward + backward, exactly two batched MAP calls of ``B·S`` rows)
+  against the two raw oracle calls on the same inputs (1.0 = no overhead), for the device-native
+  ``TopK`` and a NumPy oracle through ``solve_batch``, with each noise.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import torch
 from ..imle import IMLE
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from ..oracle import MapOracle
-from ..target import PerturbedTarget
 from ..topk import TopK
 from . import time_per_call
 
@@ -41,6 +43,37 @@ class NumpyTopK(MapOracle):
         return out
 
 
+def _noise_rows(device: str, quick: bool) -> list[dict[str, Any]]:
+    """Sample time of each noise, and SoG's ratio to Gumbel, per shape."""
+    rows = []
+    shapes = [(32, 10, 40), (256, 10, 1000)] if quick else [(32, 10, 40), (256, 10, 100), (256, 10, 1000)]
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for shape in shapes:
+        gen = torch.Generator(device).manual_seed(0)
+        times: dict[str, float] = {}
+        for label, noise in (("Gumbel", Gumbel()), ("SoG table", SumOfGamma(k=5)),
+                             ("SoG exact", SumOfGamma(k=5, exact=True))):
+            def draw(
+                noise: NoiseDistribution = noise,
+                shape: tuple[int, int, int] = shape,
+                gen: torch.Generator = gen,
+            ) -> None:
+                noise.sample(shape, device=device, generator=gen)
+                sync()
+
+            times[label] = time_per_call(draw, repeat=3 if quick else 7)
+        n = shape[0] * shape[1] * shape[2]
+        rows.append({
+            "suite": "noise", "device": device, "shape": "x".join(map(str, shape)),
+            "gumbel_ns_per_entry": times["Gumbel"] / n * 1e9,
+            "sog_ns_per_entry": times["SoG table"] / n * 1e9,
+            "sog_exact_ns_per_entry": times["SoG exact"] / n * 1e9,
+            "sog/gumbel": times["SoG table"] / times["Gumbel"],
+            "sog_exact/gumbel": times["SoG exact"] / times["Gumbel"],
+        })
+    return rows
+
+
 def _row(
     name: str, oracle: MapOracle, noise: NoiseDistribution, batch: int, samples: int, quick: bool
 ) -> dict[str, Any]:
@@ -48,7 +81,7 @@ def _row(
     m = oracle.n_vars
     theta = torch.randn(batch, m, generator=gen)
     upstream = torch.randn(batch, samples, m, generator=gen)
-    layer = IMLE(oracle, noise, PerturbedTarget(10.0), samples=samples, generator=gen)
+    layer = IMLE(oracle, noise, samples=samples, generator=gen)  # the default target
 
     def step() -> None:
         w = theta.clone().requires_grad_(True)
@@ -68,9 +101,11 @@ def _row(
 
     repeat = 3 if quick else 7
     step_s, raw_s = time_per_call(step, repeat=repeat), time_per_call(raw, repeat=repeat)
+    label = type(noise).__name__ + (" exact" if getattr(noise, "exact", False) else "")
     return {
+        "suite": "layer",
         "oracle": name,
-        "noise": type(noise).__name__,
+        "noise": label,
         "rows/call": batch * samples,
         "layer_step_ms": step_s * 1e3,
         "two_raw_calls_ms": raw_s * 1e3,
@@ -79,11 +114,13 @@ def _row(
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Time the layer step against its raw oracle calls for a few batch sizes."""
+    """Noise sample times (CPU, and CUDA when present), then the layer step against its raw calls."""
     torch.set_num_threads(1)
-    rows = []
+    rows = _noise_rows("cpu", quick)
+    if torch.cuda.is_available():
+        rows += _noise_rows("cuda", quick)
     for batch, samples, m in [(32, 10, 40), (256, 10, 100)]:
-        for noise in (SumOfGamma(), Gumbel()):
+        for noise in (SumOfGamma(), SumOfGamma(exact=True), Gumbel()):
             rows.append(_row(f"TopK(k=8, m={m}) torch", TopK(8, m), noise, batch, samples, quick))
             rows.append(_row(f"TopK(k=8, m={m}) numpy", NumpyTopK(8, m), noise, batch, samples, quick))
     return rows
