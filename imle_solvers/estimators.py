@@ -1,14 +1,15 @@
 """Baseline gradient estimators on the same oracle API as I-MLE, for head-to-head comparisons.
 
-All of them run through [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP] (the one autograd function of the
-library); they differ in the forward noise and the backward *gradient rule*:
+All of them run through [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP] (the one autograd function
+of the library); they differ in the forward noise and the backward *gradient rule*:
 
 * [`STE`][imle_solvers.STE] — straight-through: ``∂z/∂θ ≈ I`` (Bengio et al. 2013; paper sec. 3.1).
-* [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ`` (= I-MLE
-with δ₀ noise).
-* [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed MAP
-with its Gaussian
-  score-function Jacobian.
+* [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ``
+  (= I-MLE with δ₀ noise).
+* [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed
+  MAP with its score-function Jacobian (Gaussian or Gumbel noise).
+
+Like I-MLE, each returns the sum of its per-sample estimates (autograd's rule for S outputs).
 """
 
 from __future__ import annotations
