@@ -28,8 +28,9 @@ eq. 10 gives ``θ' = −c`` and the update is the mean over instances and sample
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -39,11 +40,21 @@ from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
 from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
-from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
+from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget
 
-__all__ = ["METHODS", "Method", "build_method", "decision_loss", "scale_grad"]
+__all__ = ["FACTORIES", "METHODS", "Batch", "Method", "build_method", "decision_loss", "scale_grad"]
 
-Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]  # x, c, z*, f*
+class Batch(NamedTuple):
+    """One mini-batch of a predict-then-optimize data set."""
+
+    features: torch.Tensor  # x    [B, d]
+    costs: torch.Tensor  # c (true weights, oracle sense)   [B, m]
+    optimal: torch.Tensor  # z* = MAP(c)   [B, m]
+    objective: torch.Tensor  # f* = ⟨c, z*⟩   [B]
+
+
+BatchLike = Batch | tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+LossFn = Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -73,31 +84,134 @@ def decision_loss(z: torch.Tensor, costs: torch.Tensor, oracle: MapOracle) -> to
 
 @dataclasses.dataclass
 class Method:
-    """A named training method: ``loss(ĉ, batch) -> (loss for backward, per-instance loss to report)``."""
+    """A named training method: ``loss(ĉ, batch) -> (loss for backward, per-instance loss to report)``.
+
+    ``batch`` is a `Batch` or a plain ``(x, c, z*, f*)`` tuple.
+    """
 
     name: str
-    loss: Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]
+    rule: LossFn
     modules: list[nn.Module]
     uses_solver: bool = True
+
+    def loss(self, c_hat: torch.Tensor, batch: BatchLike) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss for backward, per-instance loss to report)`` of predictions ``ĉ`` on ``batch``."""
+        return self.rule(c_hat, batch if isinstance(batch, Batch) else Batch(*batch))
 
     def train(self) -> None:
         for m in self.modules:
             m.train()
 
 
-def build_method(
-    name: str,
-    oracle: MapOracle,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
+def imle(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
     noise: NoiseDistribution | None = None,
-    lam: float = 10.0,
-    sigma: float = 1.0,
-    bb_lam: float = 20.0,
-    bb_loss: str = "regret",
+) -> Method:
+    """I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss."""
+    layer = IMLE(oracle, _noise(noise), RelativeTarget(), samples=samples, pool=pool)
+    return Method("imle", _summed(layer, samples, "regret", oracle), [layer])
+
+
+def imle_pid(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    noise: NoiseDistribution | None = None, lam: float = 10.0,
+) -> Method:
+    """I-MLE, the paper's fixed-λ PID target (eq. 8, λ=10), SumOfGamma, S=10, regret loss."""
+    layer = IMLE(oracle, _noise(noise), PerturbedTarget(lam), samples=samples, pool=pool)
+    return Method("imle-pid", _summed(layer, samples, "regret", oracle), [layer])
+
+
+def imle_mumu(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    noise: NoiseDistribution | None = None,
+) -> Method:
+    """I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10."""
+    layer = IMLE(oracle, _noise(noise), OptimalTarget(), samples=samples, pool=pool)
+    return Method("imle-mumu", _summed(layer, samples, "regret", oracle), [layer])
+
+
+def imle_mm(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
+    """I-MLE M-M: no noise, optimal target (eq. 10) + Hamming loss (Fact 1), i.e. MAP(θ) − z*."""
+    layer = IMLE(oracle, NoNoise(), OptimalTarget(), pool=pool)
+    return Method("imle-mm", _summed(layer, 1, "hamming", oracle), [layer])
+
+
+def aimle(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    noise: NoiseDistribution | None = None,
+) -> Method:
+    """AI-MLE: the published adaptive target (Minervini et al. 2023), S=10, regret loss."""
+    layer = IMLE(oracle, _noise(noise), AdaptiveTarget(), samples=samples, pool=pool)
+    return Method("aimle", _summed(layer, samples, "regret", oracle), [layer])
+
+
+def dbb(
+    oracle: MapOracle, *, pool: BatchSolver | None = None, bb_lam: float = 20.0, bb_loss: str = "regret",
+) -> Method:
+    """Blackbox (DBB), λ=20, regret loss (Hamming on terrain)."""
+    if bb_loss not in ("regret", "hamming"):
+        raise ValueError(f"bb_loss must be 'regret' or 'hamming', got {bb_loss!r}")
+    layer = Blackbox(oracle, lam=bb_lam, pool=pool)
+    return Method("dbb", _summed(layer, 1, bb_loss, oracle), [layer])
+
+
+def dpo(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None, sigma: float = 1.0,
     dpo_samples: int | None = None,
 ) -> Method:
-    """Build one of `METHODS` for ``oracle``.
+    """PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*."""
+    layer = PerturbedOptimizer(oracle, sigma, samples=dpo_samples or samples, pool=pool)
+
+    def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        y_hat = layer(c_hat)  # E[MAP(θ + σZ)]   [B, m]
+        return _per(((y_hat - b.optimal) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
+
+    return Method("dpo", loss, [layer])
+
+
+def pfyl(
+    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None, sigma: float = 1.0,
+    dpo_samples: int | None = None,
+) -> Method:
+    """Perturbed Fenchel-Young loss, σ=1, S=10."""
+    fy = FenchelYoungLoss(oracle, sigma=sigma, samples=dpo_samples or samples, pool=pool, reduction="none")
+    return Method("pfyl", lambda c_hat, b: _per(fy(c_hat, b.optimal)), [fy])
+
+
+def spo_plus(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
+    """SPO+ loss."""
+    spo = SPOPlusLoss(oracle, pool=pool, reduction="none")
+    return Method("spo+", lambda c_hat, b: _per(spo(c_hat, b.costs, optimal=b.optimal)), [spo])
+
+
+def two_stage(oracle: MapOracle) -> Method:
+    """Two-stage: MSE regression of the costs (no solver in training)."""
+    mse = nn.MSELoss()
+    return Method("two-stage", lambda c_hat, b: _both(mse(c_hat, b.costs), c_hat), [], uses_solver=False)
+
+
+FACTORIES: dict[str, Callable[..., Method]] = {
+    "imle": imle,
+    "imle-pid": imle_pid,
+    "imle-mumu": imle_mumu,
+    "imle-mm": imle_mm,
+    "aimle": aimle,
+    "dbb": dbb,
+    "dpo": dpo,
+    "pfyl": pfyl,
+    "spo+": spo_plus,
+    "two-stage": two_stage,
+}
+"""Method name → factory ``(oracle, **its own options) -> Method``, in table order."""
+
+METHODS: dict[str, str] = {
+    name: (factory.__doc__ or name).strip().splitlines()[0].rstrip(".") for name, factory in FACTORIES.items()
+}
+"""Method name → one-line description (the first line of its factory's docstring)."""
+
+
+def build_method(name: str, oracle: MapOracle, **options: Any) -> Method:
+    """Build one of `METHODS` for ``oracle``, passing each factory only the options it takes.
 
     Parameters
     ----------
@@ -105,66 +219,28 @@ def build_method(
         A key of `METHODS`.
     oracle
         The problem's MAP oracle.
-    samples
-        S, perturbations per instance for the perturbation-based methods.
-    pool
-        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
-    noise
-        Perturbation of the I-MLE methods (default ``SumOfGamma()``, κ = ``oracle.expected_nonzeros``).
-    lam
-        λ of the fixed-λ PID target (``imle-pid``).
-    sigma
-        σ of DPO and the Fenchel-Young loss.
-    bb_lam
-        λ of the blackbox method.
-    bb_loss
-        Loss behind the blackbox layer: ``"regret"`` (``ℓ_R``) or ``"hamming"`` (to ``z*``, as in
-        Vlastelica et al.'s Warcraft experiment).
-    dpo_samples
-        Perturbations of ``dpo`` and ``pfyl`` (default ``samples``).
+    **options
+        Any of ``samples`` (S), ``pool``, ``noise`` (I-MLE perturbation, default
+        ``SumOfGamma()`` with κ = ``oracle.expected_nonzeros``), ``lam`` (λ of ``imle-pid``),
+        ``sigma`` (σ of ``dpo``/``pfyl``), ``bb_lam``, ``bb_loss`` (``"regret"`` or ``"hamming"``,
+        for ``dbb``) and ``dpo_samples``; options a method does not take are ignored.
     """
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-    sog = SumOfGamma() if noise is None else noise
-    if bb_loss not in ("regret", "hamming"):
-        raise ValueError(f"bb_loss must be 'regret' or 'hamming', got {bb_loss!r}")
-    m_samples = samples if dpo_samples is None else dpo_samples
-    if name == "two-stage":
-        mse = nn.MSELoss()
-        return Method(name, lambda c_hat, b: _both(mse(c_hat, b[1]), c_hat), [], uses_solver=False)
-    if name == "spo+":
-        spo = SPOPlusLoss(oracle, pool=pool, reduction="none")
-        return Method(name, lambda c_hat, b: _per(spo(c_hat, b[1], optimal=b[2])), [spo])
-    if name == "pfyl":
-        fy = FenchelYoungLoss(oracle, sigma=sigma, samples=m_samples, pool=pool, reduction="none")
-        return Method(name, lambda c_hat, b: _per(fy(c_hat, b[2])), [fy])
-    if name == "dpo":
-        dpo = PerturbedOptimizer(oracle, sigma=sigma, samples=m_samples, pool=pool)
-
-        def dpo_loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-            y_hat = dpo(c_hat)  # E[MAP(θ + σZ)]   [B, m]
-            return _per(((y_hat - b[2]) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
-
-        return Method(name, dpo_loss, [dpo])
-    if name == "dbb":
-        layer: nn.Module = Blackbox(oracle, lam=bb_lam, pool=pool)
-        return Method(name, _summed(layer, 1, bb_loss, oracle), [layer])
-    if name == "imle-mm":  # Fact 1 is noise-free: MAP(θ) − z*, one sample
-        layer = IMLE(oracle, noise=NoNoise(), target=OptimalTarget())
-        return Method(name, _summed(layer, 1, "hamming", oracle), [layer])
-    target: TargetDistribution = {
-        "imle": RelativeTarget(),
-        "imle-pid": PerturbedTarget(lam),
-        "aimle": AdaptiveTarget(),
-        "imle-mumu": OptimalTarget(),
-    }[name]
-    layer = IMLE(oracle, noise=sog, target=target, samples=samples, pool=pool)
-    return Method(name, _summed(layer, samples, "regret", oracle), [layer])
+    if name not in FACTORIES:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(FACTORIES)}")
+    factory = FACTORIES[name]
+    accepted = inspect.signature(factory).parameters
+    known = {"samples", "pool", "noise", "lam", "sigma", "bb_lam", "bb_loss", "dpo_samples"}
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"build_method got unknown options {sorted(unknown)}")
+    return factory(oracle, **{k: v for k, v in options.items() if k in accepted})
 
 
-def _summed(
-    layer: nn.Module, samples: int, kind: str, oracle: MapOracle
-) -> Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]:
+def _noise(noise: NoiseDistribution | None) -> NoiseDistribution:
+    return SumOfGamma() if noise is None else noise
+
+
+def _summed(layer: nn.Module, samples: int, kind: str, oracle: MapOracle) -> LossFn:
     """Loss through a perturb-and-MAP layer, summed over instances and samples.
 
     Targets (eq. 8's ``θ − λ∇zℓ``, eq. 10's ``−∇zℓ``) need the *per-instance, per-sample* ``∇z ℓ``
@@ -176,9 +252,9 @@ def _summed(
         n = len(c_hat)
         z = layer(scale_grad(c_hat, 1.0 / (n * samples))).reshape(n, samples, -1)  # MAP(θ+ε)  [B, S, m]
         if kind == "regret":
-            per = decision_loss(z, b[1], oracle)  # ℓ_R = ⟨c, z⟩ → ∇z ℓ = c   [B, S]
+            per = decision_loss(z, b.costs, oracle)  # ℓ_R = ⟨c, z⟩ → ∇z ℓ = c   [B, S]
         else:
-            y = b[2].unsqueeze(1)  # z*   [B, 1, m]
+            y = b.optimal.unsqueeze(1)  # z*   [B, 1, m]
             per = hamming_loss(z, y, reduction="none") * z.shape[-1]  # Σ_i |z_i − y_i|, ∇z = 1 − 2y
         return per.sum(), per.mean(1).detach()
 
@@ -192,18 +268,3 @@ def _per(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _both(loss: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, loss.detach().expand(len(like))
-
-
-#: method name → one-line description (the order is the table order)
-METHODS: dict[str, str] = {
-    "imle": "I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss",
-    "imle-pid": "I-MLE, the paper's fixed-λ PID target (λ=10), SumOfGamma, S=10, regret loss",
-    "imle-mumu": "I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10",
-    "imle-mm": "I-MLE M-M: no noise, optimal target (eq. 10) + Hamming loss (Fact 1)",
-    "aimle": "AI-MLE: the published adaptive target, S=10, regret loss",
-    "dbb": "Blackbox (DBB), λ=20, regret loss (Hamming on terrain)",
-    "dpo": "PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*",
-    "pfyl": "perturbed Fenchel-Young loss, σ=1, S=10",
-    "spo+": "SPO+ loss",
-    "two-stage": "two-stage: MSE regression of the costs",
-}
