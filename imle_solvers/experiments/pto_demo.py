@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="polynomial degree of the cost model (higher: a linear model fits worse)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and of the initial model")
     parser.add_argument("--n-train", type=int, default=1000, help="training instances")
+    parser.add_argument("--n-test", type=int, default=1000, help="test instances")
     parser.add_argument("--out", default=os.path.join("runs", "demo"), metavar="DIR",
                         help="directory for curves.png (the learning curves)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -55,7 +56,7 @@ def main(argv: Sequence[str] = ()) -> int:
 
     start = time.perf_counter()
     print(
-        f"shortest path on a 5x5 grid: linear model, {args.n_train} training / 1000 test instances, "
+        f"shortest path on a 5x5 grid: linear model, {args.n_train} training / {args.n_test} test instances, "
         f"deg {args.deg}, {args.epochs} epochs\n",
         flush=True,
     )
@@ -65,6 +66,7 @@ def main(argv: Sequence[str] = ()) -> int:
         seeds=[args.seed],
         epochs=args.epochs,
         n_train=args.n_train,
+        n_test=args.n_test,
         deg=args.deg,
         show_progress=not args.quiet,
     )
