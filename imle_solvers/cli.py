@@ -1,49 +1,80 @@
-"""The ``imle-solvers`` command: ``demo``, ``toy``, ``train`` and ``bench``.
+"""The `imle-solvers` command: `demo`, `toy`, `train` and `bench`.
 
-Each sub-command lives in its own module exposing ``main(argv: list[str]) -> int``; the module is
-imported only when its command runs, so ``imle-solvers --help`` is instant and needs no extras.
+Each command lives in its own module exposing `main(argv: list[str]) -> int`; the module is
+imported only when its command runs, so `imle-solvers --help` is instant and needs no extras.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "HelpFormatter", "build_parser", "main"]
 
-#: command -> (module with ``main(argv)``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("imle_solvers.experiments.pto_demo", "short predict-then-optimize run (I-MLE, SPO+, 2-stage)"),
-    "toy": ("imle_solvers.experiments.topk_toy", "the paper's synthetic top-k experiment (sec. 6)"),
-    "train": ("imle_solvers.training", "predict-then-optimize training with regret, SPO+, I-MLE, ..."),
-    "bench": ("imle_solvers.benchmarks", "performance benchmarks: adapters, pool, layer"),
+    "demo": ("imle_solvers.experiments.pto_demo",
+             "train a shortest-path model three ways and plot its learning curves"),
+    "toy": ("imle_solvers.experiments.topk_toy", "the I-MLE paper's synthetic top-k experiment"),
+    "train": ("imle_solvers.training", "predict-then-optimize training: compare methods on one problem"),
+    "bench": ("imle_solvers.benchmarks", "time the solver back ends, the pool, the layer and training"),
 }
+"""Command name → (module whose `main(argv)` runs it, one-line summary shown by `--help`)."""
+
+DESCRIPTION = """\
+Differentiable combinatorial solvers for PyTorch (Implicit MLE).
+
+Run 'imle-solvers COMMAND --help' for the options of a command."""
+
+EPILOG = """\
+examples:
+  imle-solvers demo                       # a first run: writes runs/demo/curves.png
+  imle-solvers train --method all --deg 4
+  imle-solvers bench backends --quick"""
 
 
-def _usage() -> str:
-    lines = ["usage: imle-solvers <command> [options]", "", "commands:"]
-    lines += [f"  {name:<8} {text}" for name, (_, text) in COMMANDS.items()]
-    lines += ["", "Run 'imle-solvers <command> --help' for the options of a command."]
-    return "\n".join(lines)
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help that shows each option's default and keeps the description's line breaks.
+
+    As `argparse.ArgumentDefaultsHelpFormatter`, but silent about defaults that say nothing (`None`,
+    `False` of a flag) and about help that already names its default.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser: the command listing, `--version`, and errors for a missing command."""
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="imle-solvers", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"imle-solvers {__version__}",
+                        help="show the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
+    for name, (_, summary) in COMMANDS.items():
+        sub.add_parser(name, help=summary, add_help=False)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``imle-solvers`` console script; returns the exit status."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
-        print(_usage())
-        return 0
-    if args[0] in ("-V", "--version"):
-        from . import __version__
+    """Entry point of the `imle-solvers` console script; returns the exit status.
 
-        print(f"imle-solvers {__version__}")
-        return 0
-    command = COMMANDS.get(args[0])
-    if command is None:
-        print(f"imle-solvers: unknown command {args[0]!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(command[0])
+    A missing or unknown command prints the usage and returns 2, as argparse does.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        try:
+            build_parser().parse_args(args)  # prints help, version or the usage error
+        except SystemExit as exc:
+            return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+        return 2  # pragma: no cover - parse_args always exits here
+    module = importlib.import_module(COMMANDS[args[0]][0])
     try:
         return int(module.main(args[1:]) or 0)
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ Two contracts:
 [`TopK`][imle_solvers.TopK]) that never
   leaves the weights' device.
 
-Sign convention (``DESIGN.md``): ``oracle.sense == "max"`` means the weights handed to it are scores θ;
+Sign convention: ``oracle.sense == "max"`` means the weights handed to it are scores θ;
 ``"min"`` means they are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's
 own sense; all I-MLE arithmetic is done in θ-space by `map_solve`.
 """

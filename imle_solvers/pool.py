@@ -140,7 +140,7 @@ def _default_workers() -> int:
 
 
 class SolverPool:
-    """Solve ``(N, m)`` batches of MAP problems on workers, rows in order (the pool of DESIGN.md).
+    """Solve ``(N, m)`` batches of MAP problems on workers, rows in order.
 
     Used as ``pool=`` of [`IMLE`][imle_solvers.IMLE] and the other layers: the forward's ``N·S`` rows
     (``MAP(θ + ε)``, Algorithm 1 of the paper) go out in one call, the backward's (``MAP(θ' + ε)``)

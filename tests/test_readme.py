@@ -18,3 +18,12 @@ def test_python_blocks_run(page: str, capsys: pytest.CaptureFixture[str]) -> Non
         exec(compile(code, page, "exec"), {})
     if page == "README.md":
         assert capsys.readouterr().out.strip() == "torch.Size([32, 10])"
+
+
+def test_readme_first_run_and_cpu_install() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "make demo" in text and "make test" in text
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    makefile = (ROOT / "Makefile").read_text()
+    install = makefile[makefile.index("$(STAMP):"): makefile.index("install: $(STAMP)")]
+    assert "--quiet" not in install and "@echo" in install  # says what it installs, shows pip's progress

@@ -1,13 +1,7 @@
-"""``imle-solvers bench``: performance suites that print ratios measured in one run.
+"""`imle-solvers bench`: performance suites that print tables of times and ratios measured in one run.
 
-Suites (one module each, exposing ``run(quick: bool) -> list[dict]`` rows):
-
-* ``adapters`` — per-call time of each adapter vs its bare solver call (``adapters.py``);
-* ``pool`` — serial vs thread vs process pools, and the layer step vs the bare solves (``pool.py``);
-* ``layer`` — the I-MLE step vs the two raw oracle calls it makes (``layer.py``);
-* ``pto`` — seconds per training epoch vs PyEPO's I-MLE on its shortest-path protocol (``pto.py``).
-
-Timing helpers live here so that every suite measures the same way.
+Each suite is one module exposing `run(quick: bool) -> list[dict]`, one dict per table row; every
+suite times calls with [`time_per_call`][imle_solvers.benchmarks.time_per_call].
 """
 
 from __future__ import annotations
@@ -23,12 +17,14 @@ from ..report import format_table
 
 __all__ = ["SUITES", "main", "time_per_call"]
 
-SUITES: dict[str, str] = {
-    "adapters": "imle_solvers.benchmarks.adapters",
-    "pool": "imle_solvers.benchmarks.pool",
-    "layer": "imle_solvers.benchmarks.layer",
-    "pto": "imle_solvers.benchmarks.pto",
+SUITES: dict[str, tuple[str, str]] = {
+    "adapters": ("imle_solvers.benchmarks.adapters", "each adapter vs its bare solver call, per call"),
+    "backends": ("imle_solvers.benchmarks.backends", "CP-SAT vs CBC vs HiGHS on small ILPs and an LP"),
+    "pool": ("imle_solvers.benchmarks.pool", "serial vs thread vs process pools on a batch of solves"),
+    "layer": ("imle_solvers.benchmarks.layer", "an I-MLE training step vs the two oracle calls it makes"),
+    "pto": ("imle_solvers.benchmarks.pto", "seconds per epoch of predict-then-optimize training"),
 }
+"""Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 
 
 def time_per_call(fn: Callable[[], Any], repeat: int = 5, number: int | None = None,
@@ -54,18 +50,32 @@ def time_per_call(fn: Callable[[], Any], repeat: int = 5, number: int | None = N
     return rounds[len(rounds) // 2]
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of `imle-solvers bench`."""
+    from ..cli import HelpFormatter
+
+    listing = "\n".join(f"  {name:<9} {summary}" for name, (_, summary) in SUITES.items())
+    parser = argparse.ArgumentParser(
+        prog="imle-solvers bench",
+        description="Time the library on this machine and print one table per suite.\n\n"
+        f"suites:\n{listing}\n  all       every suite above, one after the other",
+        epilog="example: imle-solvers bench backends --quick --json runs/backends.json",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("suite", choices=[*SUITES, "all"], metavar="SUITE",
+                        help=f"which suite to run: {', '.join(SUITES)} or all")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run in seconds")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the rows to this JSON file")
+    return parser
+
+
 def main(argv: Sequence[str]) -> int:
-    """``imle-solvers bench {adapters,pool,all} [--quick] [--json PATH]``."""
-    parser = argparse.ArgumentParser(prog="imle-solvers bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("suite", choices=[*SUITES, "all"], help="which suite to run")
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    args = parser.parse_args(list(argv))
+    """Run `imle-solvers bench SUITE [--quick] [--json PATH]`; returns the exit status."""
+    args = build_parser().parse_args(list(argv))
     names = list(SUITES) if args.suite == "all" else [args.suite]
     results: dict[str, list[dict[str, Any]]] = {}
     for name in names:
-        module = importlib.import_module(SUITES[name])
+        module = importlib.import_module(SUITES[name][0])
         rows = module.run(quick=args.quick)
         results[name] = rows
         print(f"\n## bench {name}\n")

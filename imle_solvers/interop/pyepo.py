@@ -1,0 +1,132 @@
+"""PyEPO interoperability: any PyEPO `optModel` as a MAP oracle, any `optDataset` as a `PTODataset`.
+
+PyEPO (Tang & Khalil, "PyEPO: a PyTorch-based end-to-end predict-then-optimize library") describes an
+optimisation problem by an `optModel` (`setObj(c)`, then `solve() -> (solution, objective)`,
+`num_cost` coefficients, `modelSense`) and a training set by an `optDataset` (`feats`, `costs`, `sols`,
+`objs`). With the two functions below a PyEPO model and its data train any layer or loss of this
+library; the solver calls are PyEPO's own. Needs the extra `pyepo` (`pip install 'imle-solvers[pyepo]'`);
+PyEPO is imported only to read its sense constants.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..data.dataset import PTODataset
+from ..errors import InvalidWeightsError, require
+from ..oracle import MapOracle, Sense
+
+__all__ = ["PyEPOOracle", "from_pyepo"]
+
+
+def _pyepo_sense(optmodel: Any) -> Sense:
+    epo: Any = require("pyepo", "pyepo")
+    sense = getattr(optmodel, "modelSense", epo.EPO.MINIMIZE)
+    if sense == epo.EPO.MINIMIZE:
+        return "min"
+    if sense == epo.EPO.MAXIMIZE:
+        return "max"
+    raise InvalidWeightsError(f"unknown PyEPO modelSense {sense!r}; expected EPO.MINIMIZE or EPO.MAXIMIZE")
+
+
+class PyEPOOracle(MapOracle):
+    """A PyEPO `optModel` as a [`MapOracle`][imle_solvers.MapOracle] (MAP of paper, eq. 3 / Example 3).
+
+    Weights are the model's cost coefficients, in its own sense: `sense` is `"min"` for
+    `EPO.MINIMIZE` (weights are costs, θ = −c) and `"max"` for `EPO.MAXIMIZE`; `n_vars` is
+    `optmodel.num_cost`. Each `solve` calls `optmodel.setObj(weights)` and `optmodel.solve()` and
+    returns the solution as a float64 array. The model is stateful, so calls are serialised by a
+    lock (thread pools are safe; the solves themselves run one at a time).
+
+    Parameters
+    ----------
+    optmodel
+        Any PyEPO `optModel`, e.g. `pyepo.model.ort.shortestPathModel(grid=(5, 5))`.
+    expected_nonzeros
+        `⟨z, 1⟩` of a typical solution (e.g. the path length), used by
+        [`SumOfGamma`][imle_solvers.SumOfGamma] when its `k` is not given; `None` if unknown.
+
+    Raises
+    ------
+    MissingExtraError
+        When PyEPO is not installed.
+
+    Examples
+    --------
+    >>> from pyepo.model.ort import shortestPathModel          # doctest: +SKIP
+    >>> oracle = PyEPOOracle(shortestPathModel(grid=(5, 5)))   # doctest: +SKIP
+    >>> oracle.sense, oracle.n_vars                            # doctest: +SKIP
+    ('min', 40)
+    """
+
+    def __init__(self, optmodel: Any, expected_nonzeros: float | None = None) -> None:
+        self.sense = _pyepo_sense(optmodel)
+        self.optmodel = optmodel
+        self.n_vars = int(optmodel.num_cost)
+        self.expected_nonzeros = expected_nonzeros
+        self._lock = threading.Lock()
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        """Solve one instance with the PyEPO model; `(m,)` weights in the oracle's sense → `(m,)` state."""
+        weights = self.validate(weights)
+        if weights.ndim != 1:
+            raise InvalidWeightsError(f"solve expects a ({self.n_vars},) array, got {weights.shape}")
+        with self._lock:
+            self.optmodel.setObj(weights)
+            solution, _ = self.optmodel.solve()
+        z = np.asarray(solution, dtype=np.float64).reshape(-1)  # z = MAP(θ)   [m]
+        return z + 0.0  # no negative zeros from LP solvers
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"PyEPOOracle({self.optmodel!r}, n_vars={self.n_vars}, sense={self.sense!r})"
+
+
+def _tensor(values: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        return values.detach().to(dtype)
+    return torch.as_tensor(np.asarray(values), dtype=dtype)
+
+
+def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
+    """A PyEPO `optDataset` as a [`PTODataset`][imle_solvers.data.PTODataset], without re-solving.
+
+    Features, costs and PyEPO's optimal solutions are copied as float32 tensors (item `i` is
+    `(x_i, c_i, z*_i, f*_i)`, as PyEPO's item `(x_i, c_i, w_i, z_i)`).
+
+    Parameters
+    ----------
+    optdataset
+        A PyEPO `optDataset` (anything with `feats`, `costs`, `sols` and `model`).
+    oracle
+        The oracle a model's predictions are solved with; by default
+        [`PyEPOOracle`][imle_solvers.interop.pyepo.PyEPOOracle] of the data set's model. Pass a faster
+        one with the same variable order (e.g. `DAGShortestPath.grid(5, 5)` for PyEPO's 5 × 5
+        shortest path) to keep PyEPO's data and change the solver.
+
+    Raises
+    ------
+    ValueError
+        When the oracle's `n_vars` differs from the data set's number of costs.
+    """
+    if oracle is None:
+        oracle = PyEPOOracle(optdataset.model)
+    costs = _tensor(optdataset.costs)
+    if costs.dim() != 2 or costs.shape[1] != oracle.n_vars:
+        raise ValueError(f"the data set has costs of shape {tuple(costs.shape)}, "
+                         f"but the oracle has n_vars={oracle.n_vars}")
+    info = {"source": "pyepo", "model": type(optdataset.model).__name__}
+    return PTODataset(_tensor(optdataset.feats), costs, oracle,
+                      solutions=_tensor(optdataset.sols).reshape(costs.shape), info=info)

@@ -1,0 +1,150 @@
+"""The documentation site builds strictly, and its HTML has no raw LaTeX, Sphinx roles or dead links.
+
+One `mkdocs build --strict` into a temporary directory (a few seconds) serves every check.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("mkdocstrings")
+
+# outside math: \( \) \[ \] $$ and LaTeX commands such as \mathrm, \frac
+RAW_LATEX = re.compile(
+    r"\\[()\[\]]|\$\$|\\(?:math[a-z]+|frac|sum|theta|lambda|nabla|langle|rangle|qquad|text)\b"
+)
+SPHINX_ROLE = re.compile(
+    r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj|ref|doc|term|const):(?:`|<code>)"
+)
+
+
+class _Page(HTMLParser):
+    """Collects a page's text outside math and code, its element ids and its links."""
+
+    SKIP: ClassVar[frozenset[str]] = frozenset({"code", "pre", "script", "style", "kbd", "textarea"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text: list[str] = []
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self._stack: list[tuple[str, bool]] = []  # (tag, starts a skipped region)
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(str(a["id"]))
+        if tag == "a" and a.get("href"):
+            self.links.append(str(a["href"]))
+        if tag == "img" and a.get("src"):
+            self.links.append(str(a["src"]))
+        if tag in ("br", "img", "hr", "input", "meta", "link", "source", "wbr"):
+            return
+        skipped = tag in self.SKIP or "arithmatex" in (a.get("class") or "").split()
+        self._stack.append((tag, skipped))
+        self._skip += skipped
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._stack:
+            name, skipped = self._stack.pop()
+            self._skip -= skipped
+            if name == tag:
+                break
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.text.append(data)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, _Page]:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    pages = {}
+    for html in sorted(out.rglob("*.html")):
+        if html.name == "404.html":
+            continue
+        page = _Page()
+        page.feed(html.read_text(encoding="utf-8"))
+        pages[html] = page
+    yield pages
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def _site_root(pages: dict[Path, _Page]) -> Path:
+    return min(pages, key=lambda p: len(p.parts)).parent
+
+
+def test_every_page_rendered(site: dict[Path, _Page]) -> None:
+    names = {p.parent.name for p in site}
+    for page in ("how-imle-works", "performance", "benchmarks", "pyepo", "tutorials", "api"):
+        assert page in names
+
+
+def test_no_raw_latex_outside_math(site: dict[Path, _Page]) -> None:
+    bad = {}
+    for path, page in site.items():
+        hits = RAW_LATEX.findall("".join(page.text))
+        if hits:
+            bad[str(path)] = hits[:5]
+    assert not bad, f"raw LaTeX outside math spans (a display without blank lines around it?): {bad}"
+
+
+def test_math_is_rendered_by_mathjax(site: dict[Path, _Page]) -> None:
+    root = _site_root(site)
+    html = (root / "how-imle-works" / "index.html").read_text(encoding="utf-8")
+    assert 'class="arithmatex"' in html
+    assert "javascripts/mathjax.js" in html and "tex-mml-chtml.js" in html
+    assert (root / "javascripts" / "mathjax.js").exists()
+
+
+def test_no_sphinx_roles(site: dict[Path, _Page]) -> None:
+    bad = {str(p): SPHINX_ROLE.findall(p.read_text(encoding="utf-8"))[:5] for p in site}
+    bad = {k: v for k, v in bad.items() if v}
+    assert not bad, f"Sphinx roles do not render under mkdocstrings: {bad}"
+
+
+def test_internal_links_resolve(site: dict[Path, _Page]) -> None:
+    broken = []
+    for path, page in site.items():
+        for link in page.links:
+            parts = urlsplit(link)
+            if parts.scheme or parts.netloc or link.startswith(("mailto:", "javascript:")):
+                continue
+            target = path if not parts.path else (path.parent / unquote(parts.path)).resolve()
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                broken.append(f"{path.parent.name}: {link}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                ids = site[target].ids if target in site else set()
+                if target in site and parts.fragment not in ids:
+                    broken.append(f"{path.parent.name}: {link} (no such anchor)")
+    assert not broken, "broken internal links:\n" + "\n".join(broken)
+
+
+def test_no_reference_to_files_outside_the_project() -> None:
+    sources = [*ROOT.joinpath("docs").rglob("*.md"), *ROOT.joinpath("imle_solvers").rglob("*.py"),
+               ROOT / "README.md"]
+    bad = [str(p.relative_to(ROOT)) for p in sources if "DESIGN.md" in p.read_text(encoding="utf-8")]
+    assert not bad, f"these files point to a DESIGN.md the project does not have: {bad}"
