@@ -10,7 +10,7 @@
 import numpy as np
 import torch
 
-from imle_solvers import ILP, IMLE, PerturbedTarget, SumOfGamma, regret
+from imle_solvers import ILP, IMLE, SumOfGamma, regret
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -45,13 +45,15 @@ x_train, v_train, x_test, v_test = x[:n_train], values[:n_train], x[n_train:], v
 # %% [markdown]
 # ## The layer and the loss
 #
-# `IMLE` samples `z = MAP(v̂ + ε)` in the forward pass and, in the backward pass, solves once more at the
-# target `v̂ − λ∇zL` with the same noise (Algorithm 1 of the paper). `⟨z, 1⟩` is not fixed by a `≤`
-# constraint, so `SumOfGamma` gets its `k` explicitly. The loss is the negated true value of the chosen
-# items: the model is trained on the quality of its decisions, not on predicting the values.
+# `IMLE` samples `z = MAP(v̂ + ε)` in the forward pass and, in the backward pass, solves once more at a
+# target `v̂ − λ∇zL` with the same noise (Algorithm 1 of the paper). The default target chooses λ relative
+# to `v̂ + ε`, so the loss below can be averaged (`.mean()`) without shrinking the target step to nothing.
+# `⟨z, 1⟩` is not fixed by a `≤` constraint, so `SumOfGamma` gets its `k` explicitly. The loss is the
+# negated true value of the chosen items: the model is trained on the quality of its decisions, not on
+# predicting the values.
 
 # %%
-layer = IMLE(knapsack, noise=SumOfGamma(k=3), target=PerturbedTarget(lam=10.0), samples=2)
+layer = IMLE(knapsack, noise=SumOfGamma(k=3), samples=2)
 model = torch.nn.Linear(p, 1)
 opt = torch.optim.Adam(model.parameters(), lr=0.05)
 
