@@ -416,3 +416,54 @@ def test_torch_func_vmap_maps_a_leading_dimension() -> None:
     mapped = torch.func.vmap(layer)(stacked)
     assert torch.equal(mapped, layer(stacked))
     assert math.isclose(float(mapped.sum()), 4 * 6 * 3)
+
+
+# --------------------------------------------------------------------------- CUDA
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("target", [None, AdaptiveTarget(), RelativeTarget(two_sided=True)],
+                         ids=["default", "aimle", "two-sided"])
+def test_cuda_layer_step_makes_no_host_sync(target: object) -> None:  # pragma: no cover - GPU only
+    layer = IMLE(TopK(10, 100), target=target, samples=4,  # type: ignore[arg-type]
+                 generator=torch.Generator("cuda").manual_seed(0)).cuda()
+    w = torch.randn(64, 100, device="cuda", requires_grad=True)
+    (layer(w) ** 2).mean().backward()  # warm-up: SoG table and target buffers reach the device
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            w.grad = None
+            (layer(w) ** 2).mean().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert w.grad is not None and w.grad.device == w.device and torch.isfinite(w.grad).all()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sog_table_matches_the_cpu_distribution() -> None:  # pragma: no cover - GPU only
+    from scipy import stats
+
+    from imle_solvers import SumOfGamma
+
+    noise = SumOfGamma(k=5)
+    on_gpu = noise.sample((500_000,), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    on_cpu = noise.sample((500_000,), generator=gen(0))
+    assert on_gpu.device.type == "cuda" and on_gpu.dtype == torch.float32
+    assert stats.ks_2samp(on_gpu.cpu().numpy(), on_cpu.numpy()).pvalue > 1e-3
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gradients_match_cpu_with_the_same_noise() -> None:  # pragma: no cover - GPU only
+    w = torch.randn(16, 20, generator=gen(0), dtype=torch.float64)
+    eps = Gumbel().sample((16, 3, 20), dtype=torch.float64, generator=gen(1))
+    grads = []
+    for device in ("cpu", "cuda"):
+        x = w.to(device).requires_grad_(True)
+        target, upstream = RelativeTarget(), torch.randn(16, 3, 20, generator=gen(2), dtype=torch.float64)
+        z = TopK(5, 20).solve_torch(x.detach().unsqueeze(1) + eps.to(device))
+        g = target.estimate(x.detach().unsqueeze(1), eps.to(device), z, upstream.to(device),
+                            TopK(5, 20).solve_torch)
+        grads.append(g.cpu())
+    torch.testing.assert_close(grads[0], grads[1])
