@@ -40,7 +40,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(list(argv))
     torch.set_num_threads(1)
-    from ..training import run
+    from ..training import TrainConfig, run
 
     start = time.perf_counter()
     print(
@@ -48,15 +48,10 @@ def main(argv: Sequence[str] = ()) -> int:
         f"deg {args.deg}, {args.epochs} epochs\n",
         flush=True,
     )
-    results = run(
-        "shortest-path",
-        METHODS,
-        seeds=[args.seed],
-        epochs=args.epochs,
-        n_train=args.n_train,
-        deg=args.deg,
-        show_progress=not args.quiet,
-    )
+    results = run(TrainConfig(
+        problem="shortest-path", methods=METHODS, seeds=(args.seed,), epochs=args.epochs,
+        n_train=args.n_train, deg=args.deg, show_progress=not args.quiet,
+    ))
     rows = [
         {
             "method": r["method"],
