@@ -124,7 +124,7 @@ def train_model(
     dict
         ``method``, ``regret`` and ``accuracy`` (final), ``curve`` (regret after 0..epochs epochs),
         ``accuracy_curve``, ``epoch_time`` (seconds per training epoch, evaluation excluded),
-        ``epoch_times``, ``train_loss`` (mean per epoch).
+        ``epoch_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each epoch).
     """
     if device is not None:
         dev = torch.device(device)
@@ -142,6 +142,7 @@ def train_model(
     curve, acc_curve = [first["regret"]], [first["accuracy"]]
     times: list[float] = []
     losses: list[float] = []
+    lrs: list[float] = []
     n = len(train)
     n_batches = (n + batch_size - 1) // batch_size
     for epoch in range(epochs):
@@ -168,6 +169,7 @@ def train_model(
                     bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
         if bar is not None:
             bar.close()
+        lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
         if epoch + 1 in lr_milestones:
             for group in opt.param_groups:
                 group["lr"] *= 0.1
@@ -187,6 +189,7 @@ def train_model(
         "epoch_time": float(np.mean(times)) if times else 0.0,
         "epoch_times": times,
         "train_loss": losses,
+        "lr": lrs,
     }
 
 
