@@ -3,7 +3,7 @@
 A model predicts the weights of an optimisation problem from features and is trained, by one of
 the `METHODS`, on the quality of the decisions it leads to. By role:
 
-* ``config.py``   — [`TrainConfig`][imle_solvers.training.TrainConfig], every option, checked once;
+* ``config.py``   — `TrainConfig`, every option, checked once;
 * ``runner.py``   — `run` (config → one result per method and seed);
 * ``loop.py``     — `train_model` and `evaluate` (one run, on any device);
 * ``problems.py`` — data, model and oracles per ``--problem``; ``models.py`` the networks;
