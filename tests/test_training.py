@@ -162,6 +162,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     (["--epochs", "0"], "--epochs: must be a positive integer, got 0"),
     (["--epochs", "-1"], "--epochs: must be a positive integer, got -1"),
     (["--epochs", "1.5"], "--epochs: must be an integer"),
+    (["--epochs", "inf"], "--epochs: must be an integer, got inf"),
     (["--batch-size", "0"], "--batch-size: must be a positive integer"),
     (["--lr", "0"], "--lr: must be a finite number > 0"),
     (["--lr", "-1"], "--lr: must be a finite number > 0"),
@@ -325,6 +326,35 @@ def test_missing_device_native_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
         make_problem("terrain", 4, 2, 0, size=3, oracle="device")
     prob = make_problem("terrain", 4, 2, 0, size=3, oracle="auto", device="meta")  # falls back to the host
     assert "ClampedCosts(GridShortestPath" in repr(prob.train_oracle)
+
+
+def test_knapsack_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.adapters as adapters
+    from imle_solvers import TorchOracle
+
+    made: list[tuple[np.ndarray, np.ndarray]] = []
+
+    class StandIn(TorchOracle):  # TorchKnapsack's signature; records what it was given
+        sense = "max"
+        expected_nonzeros = None
+
+        def __init__(self, weights: np.ndarray, capacities: np.ndarray) -> None:
+            made.append((weights, capacities))
+            self.n_vars = weights.shape[0]
+
+        def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+            return torch.zeros_like(weights)
+
+    monkeypatch.setattr(adapters, "TorchKnapsack", StandIn, raising=False)
+    prob = make_problem("knapsack", 4, 2, 0, oracle="device")
+    assert isinstance(prob.train_oracle, StandIn) and prob.eval_oracle is prob.train_oracle
+    weights, caps = made[0]
+    assert weights.shape == (32, 2) and weights.dtype == np.int64 and caps.tolist() == [2000, 2000]
+    w = np.asarray(prob.train.info["item_weights"]).T  # [m, dims], multiples of 0.01
+    np.testing.assert_array_equal(weights, np.rint(w * 100))
+    assert prob.train_oracle.expected_nonzeros == prob.train.oracle.expected_nonzeros  # κ carried over
+    host = make_problem("knapsack", 4, 2, 0, oracle="host")
+    assert not isinstance(host.train_oracle, TorchOracle)
 
 
 def test_resnet_stem_is_the_first_resnet18_block() -> None:

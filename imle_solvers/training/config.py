@@ -41,7 +41,11 @@ DEVICES = ("cpu", "cuda", "auto")
 
 
 def _integer(value: Any) -> int:
-    if isinstance(value, bool) or int(value) != value:
+    try:
+        exact = not isinstance(value, bool) and int(value) == value
+    except (TypeError, ValueError, OverflowError):  # nan, inf, text
+        exact = False
+    if not exact:
         raise ValueError(f"must be an integer, got {value!r}")
     return int(value)
 
@@ -180,7 +184,7 @@ class TrainConfig:
     workers
         Solver pool processes for host oracles (0: solve in the training process).
     threads
-        torch CPU threads.
+        torch CPU threads (set by the command; `run` leaves the process's setting alone).
     device
         ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available).
     oracle
