@@ -112,6 +112,8 @@ def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     config = parse_config(parser, argv)
     torch.set_num_threads(config.threads)
+    if config.device != "cpu":
+        torch.backends.cudnn.benchmark = True  # fixed image sizes: let cuDNN pick the fastest convolutions
     writer = ResultWriter(None if config.out is None else check_output_dir(config.out), config.as_dict())
     start = time.perf_counter()
     try:
