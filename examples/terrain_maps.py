@@ -16,6 +16,7 @@ Predicted costs are positive (softplus); perturbed and target costs are clamped 
 Dijkstra (``ClampedCosts``): a negative cell next to another would make a negative cycle.
 
 Run:  python examples/terrain_maps.py [--n-train 1000] [--epochs 10] [--seeds 0 1 2] [--plot PATH]
+      [--model terrain-cnn|resnet-stem] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ def plot(problem: object, models: dict[str, torch.nn.Module], path: str) -> None
         with torch.no_grad():
             for name, model in models.items():
                 model.eval()
-                z = torch.from_numpy(test.oracle.solve(model(test.features[i : i + 1])[0].double().numpy()))
+                device = next(model.parameters()).device
+                costs = model(test.features[i : i + 1].to(device))[0].double().cpu().numpy()
+                z = torch.from_numpy(test.oracle.solve(costs))
                 curves.append((METHODS[name], z, COLOURS[name], 5))
         for label, z, colour, size in curves:
             r, c = np.divmod(np.flatnonzero(z.numpy().reshape(k * k)), k)
@@ -72,11 +75,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--plot", default=None, help="save a figure of test maps and paths here")
+    parser.add_argument("--model", choices=["terrain-cnn", "resnet-stem"], default="terrain-cnn",
+                        help="the light CNN or the paper's ResNet18 first block")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda: model, data and noise live there")
     args = parser.parse_args()
     torch.set_num_threads(1)
     acc: dict[str, list[float]] = {m: [] for m in METHODS}
     for seed in args.seeds:
-        problem = make_problem("terrain", args.n_train, args.n_test, seed)
+        problem = make_problem("terrain", args.n_train, args.n_test, seed, model=args.model,
+                               device=args.device)
         d = problem.defaults
         models = {}
         for name in METHODS:
@@ -84,7 +91,8 @@ def main() -> None:
             model = problem.model()
             out = train_model(model, name, problem.train, problem.test, epochs=args.epochs,
                               batch_size=d["batch_size"], lr=d["lr"], seed=seed,
-                              train_oracle=problem.train_oracle,
+                              train_oracle=problem.train_oracle, eval_oracle=problem.eval_oracle,
+                              device=args.device,
                               method_options={"samples": d["samples"], "bb_loss": d["bb_loss"],
                                               "dpo_samples": d["dpo_samples"]})
             acc[name].append(100 * out["accuracy"])

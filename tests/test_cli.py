@@ -122,10 +122,10 @@ def test_demo_plots_what_training_returns(tmp_path: Path, capsys: pytest.Capture
     pytest.importorskip("matplotlib")
     import imle_solvers.training as training
 
-    def fake_run(problem: str, methods: list[str], **kw: object) -> list[dict[str, object]]:
-        assert problem == "shortest-path" and kw["epochs"] == 2 and kw["n_test"] == 1000
+    def fake_run(config: training.TrainConfig) -> list[dict[str, object]]:
+        assert config.problem == "shortest-path" and config.epochs == 2 and config.n_test == 1000
         return [{"method": m, "regret": 0.1 + i / 100, "accuracy": 0.5, "epoch_time": 0.01,
-                 "curve": [0.6, 0.2, 0.1 + i / 100]} for i, m in enumerate(methods)]
+                 "curve": [0.6, 0.2, 0.1 + i / 100]} for i, m in enumerate(config.methods)]
 
     monkeypatch.setattr(training, "run", fake_run)
     assert cli.main(["demo", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0

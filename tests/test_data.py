@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -150,3 +152,70 @@ def test_terrain_maps() -> None:
     assert len(np.unique(np.round(means, 2), axis=0)) == len(means)
     with pytest.raises(ValueError, match="pixels"):
         terrain_maps(2, pixels=3)
+
+
+def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.data.terrain as terrain
+    from imle_solvers.data import terrain_maps
+
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "cache"))
+    floats = terrain_maps(5, size=4, seed=1, pixels=4)
+    small = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
+    assert small.features.dtype == torch.uint8
+    assert float((floats.features * 255 - small.features.float()).abs().max()) <= 0.5 + 1e-3  # rounded
+    assert torch.equal(floats.solutions, small.solutions)
+    stored = list((tmp_path / "cache" / "terrain").iterdir())
+    assert [p.name for p in stored] == ["v2-K4-P4-n5-seed1"]  # one folder, no temporary one left
+    assert sorted(p.name for p in stored[0].iterdir()) == ["images.npy", "solutions.npy", "types.npy"]
+
+    def no_generation(*args: object) -> None:
+        raise AssertionError("generated again instead of read from the cache")
+
+    monkeypatch.setattr(terrain, "_terrain_types", no_generation)
+    again = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
+    for a, b in [(again.features, small.features), (again.costs, small.costs),
+                 (again.solutions, small.solutions), (again.objectives, small.objectives)]:
+        assert torch.equal(a, b)
+    np.testing.assert_array_equal(again.info["types"], small.info["types"])
+    with pytest.raises(ValueError, match="uint8"):
+        terrain_maps(5, size=4, seed=1, pixels=4, cache=True)
+    with pytest.raises(ValueError, match="image_dtype"):
+        terrain_maps(5, size=4, pixels=4, image_dtype=torch.float64)
+
+
+def test_terrain_cache_that_cannot_be_written_is_a_warning(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers.data import terrain_maps
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(blocker / "below"))
+    with pytest.warns(RuntimeWarning, match="not cached"):
+        d = terrain_maps(3, size=3, pixels=2, image_dtype=torch.uint8, cache=True)
+    assert d.features.shape == (3, 3, 6, 6)
+
+
+def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers.data.cache import cache_dir
+
+    monkeypatch.delenv("IMLE_SOLVERS_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "imle_solvers"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "imle_solvers"
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    assert not (tmp_path / "mine").exists()  # created on first write only
+
+
+def test_dataset_to_a_device_keeps_the_oracle_and_solutions() -> None:
+    from imle_solvers.data import shortest_path
+
+    d = shortest_path(4, seed=0)
+    assert d.to("cpu") is d
+    moved = d.to("meta")  # a device with no data: shows that every tensor moves and nothing is solved
+    assert moved.oracle is d.oracle and moved.info == d.info
+    tensors = (moved.features, moved.costs, moved.solutions, moved.objectives)
+    assert all(t.device.type == "meta" for t in tensors)
+    assert d.features.device == torch.device("cpu")

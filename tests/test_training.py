@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,21 @@ import torch
 
 from imle_solvers import ClampedCosts
 from imle_solvers.data import shortest_path
-from imle_solvers.training import METHODS, build_method, evaluate, main, train_model
+from imle_solvers.training import (
+    METHODS,
+    TrainConfig,
+    build_method,
+    build_parser,
+    evaluate,
+    main,
+    make_problem,
+    run,
+    train_model,
+)
 from imle_solvers.training.methods import scale_grad
-from imle_solvers.training.models import TerrainCNN, linear_model
+from imle_solvers.training.models import ResNetStemCNN, TerrainCNN, linear_model
+from imle_solvers.training.results import ResultWriter, atomic_write_json, check_output_dir
+from imle_solvers.training.runner import resolved
 from tests.helpers import EnumOracle
 
 
@@ -127,3 +140,321 @@ def test_demo_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None
     assert "| method" in out and "test regret" in out
     for name in ("imle-mumu", "spo+", "two-stage"):
         assert name in out
+
+
+# --- the command: options checked at parse time, output kept run by run --------------------------------
+
+
+TINY = ["--problem", "shortest-path", "--n-train", "32", "--n-test", "16", "--quiet"]
+
+
+def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the command gets as far as training."""
+    import imle_solvers.training.command as command
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("training started before the options were checked")
+
+    monkeypatch.setattr(command, "run", boom)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--epochs", "0"], "--epochs: must be a positive integer, got 0"),
+    (["--epochs", "-1"], "--epochs: must be a positive integer, got -1"),
+    (["--epochs", "1.5"], "--epochs: must be an integer"),
+    (["--epochs", "inf"], "--epochs: must be an integer, got inf"),
+    (["--batch-size", "0"], "--batch-size: must be a positive integer"),
+    (["--lr", "0"], "--lr: must be a finite number > 0"),
+    (["--lr", "-1"], "--lr: must be a finite number > 0"),
+    (["--lr", "nan"], "--lr: must be a finite number > 0"),
+    (["--lr", "fast"], "--lr: not a number"),
+    (["--samples", "0"], "--samples: must be a positive integer"),
+    (["--n-train", "0"], "--n-train: must be a positive integer"),
+    (["--n-test", "0"], "--n-test: must be a positive integer"),
+    (["--tau", "0"], "--tau: must be a finite number > 0"),
+    (["--lam", "-2"], "--lam: must be a finite number > 0"),
+    (["--threads", "0"], "--threads: must be a positive integer"),
+    (["--workers", "-1"], "--workers: must be a non-negative integer"),
+    (["--deg", "0"], "--deg: must be a positive integer"),
+    (["--noise-width", "1"], "--noise-width: must be in [0, 1)"),
+    (["--size", "1"], "--size: must be an integer >= 2"),
+    (["--seeds", "-3"], "--seed/--seeds: must be an integer in [0, 2**32)"),
+    (["--seeds", "1", "1"], "seeds must be non-empty and without repeats"),
+    (["--method", "spo+", "spo+"], "methods must be non-empty and without repeats"),
+    (["--method", "magic"], "unknown method(s) ['magic']"),
+    (["--lr-drops", "0"], "--lr-drops: must be a positive integer"),
+    (["--device", "gpu"], "--device: must be cpu, cuda, cuda:N or auto"),
+    (["--model", "resnet-stem"], "model 'resnet-stem' does not fit problem 'shortest-path'"),
+    (["--problem", "terrain", "--model", "linear"], "model 'linear' does not fit problem 'terrain'"),
+])
+def test_every_bad_option_is_an_argparse_error(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        main([*TINY, *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_cuda_is_a_parse_error(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        main([*TINY, "--device", "cuda"])
+    assert exc.value.code == 2 and "CUDA is not available" in capsys.readouterr().err
+
+
+def test_out_is_checked_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _no_training(monkeypatch)
+    a_file = tmp_path / "results.json"
+    a_file.write_text("{}")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    unwritable = locked / "out"
+    if os.access(locked, os.W_OK):  # root writes anywhere: take a place the kernel refuses
+        unwritable = Path("/proc/imle-solvers-test/out")
+    cases = [(a_file, "is a file"), (a_file / "sub", "lies below the file"), (unwritable, "cannot write to")]
+    for out, message in cases:
+        with pytest.raises(SystemExit) as exc:
+            main([*TINY, "--out", str(out)])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "error: argument --out:" in err and message in err and str(out) in err
+    assert check_output_dir(tmp_path / "new" / "deep") == tmp_path / "new" / "deep"  # created
+
+
+def test_config_checks_the_python_api_too() -> None:
+    with pytest.raises(ValueError, match="epochs must be a positive integer, got 0"):
+        TrainConfig(epochs=0)
+    with pytest.raises(ValueError, match="problem must be one of"):
+        TrainConfig(problem="tsp")
+    with pytest.raises(ValueError, match=r"lr_drops: every value must be a positive integer"):
+        TrainConfig(lr_drops=(30, -1))
+    with pytest.raises(TypeError):
+        TrainConfig("shortest-path")  # type: ignore[misc]   # keyword-only
+    config = TrainConfig(methods=["spo+"], seeds=[3], epochs=2.0)  # type: ignore[arg-type]
+    assert config.methods == ("spo+",) and config.seeds == (3,) and config.epochs == 2
+    args = build_parser().parse_args(["--method", "dbb", "--tau", "2", "--lam", "5"])
+    from_args = TrainConfig.from_args(args)
+    assert (from_args.tau, from_args.lam, from_args.methods) == (2.0, 5.0, ("dbb",))
+
+
+def test_schedules_and_defaults_resolve_without_substitution() -> None:
+    paper = resolved(TrainConfig(problem="terrain", schedule="paper"))
+    assert (paper["epochs"], paper["batch_size"], paper["lr"], paper["lr_drops"]) == (50, 70, 5e-4, (30, 40))
+    assert paper["n_train"] == 10_000 and paper["model"] == "terrain-cnn"
+    mine = resolved(TrainConfig(problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,),
+                                model="resnet-stem"))
+    assert (mine["epochs"], mine["batch_size"], mine["lr"], mine["lr_drops"]) == (3, 70, 1e-3, (1,))
+    sp = resolved(TrainConfig())
+    assert (sp["epochs"], sp["batch_size"], sp["lr"], sp["lr_drops"]) == (10, 32, 1e-2, ())
+    assert sp["n_train"] == 1000
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    assert str(resolved(TrainConfig(device="auto"))["device"]) == auto
+
+
+def test_run_on_a_device_drops_the_lr_and_reports_each_run(data: tuple) -> None:
+    seen: list[str] = []
+    results = run(TrainConfig(methods=("imle-mumu", "two-stage"), epochs=2, lr_drops=(1,), n_train=32,
+                              n_test=16, samples=2, device="cpu", show_progress=False),
+                  on_result=lambda r: seen.append(r["method"]))
+    assert seen == ["imle-mumu", "two-stage"] == [r["method"] for r in results]
+    for r in results:
+        assert r["device"] == "cpu" and r["lr"] == pytest.approx([1e-2, 1e-3]) and len(r["curve"]) == 3
+        assert "DAGShortestPath" in r["oracle"]  # a TorchOracle: solved where the weights are
+
+
+def test_train_model_moves_model_data_and_layers_to_the_device(data: tuple) -> None:
+    train, test = data
+    torch.manual_seed(0)
+    model = linear_model(5, 40)
+    out = train_model(model, "aimle", train.to("cpu"), test, epochs=1, batch_size=32, seed=0, device="cpu",
+                      method_options={"samples": 2}, show_progress=False)
+    assert out["epoch_times"][0] > 0 and np.isfinite(out["regret"])
+    assert train.to("cpu") is train  # already there: no copy
+
+
+def _stand_in_torch_grid() -> type:
+    """A TorchOracle with TorchGridShortestPath's signature (SciPy inside), for the device-native path."""
+    from imle_solvers import GridShortestPath, TorchOracle
+
+    class StandIn(TorchOracle):
+        sense = "min"
+
+        def __init__(self, height: int, width: int, neighbourhood: int = 8) -> None:
+            self.host = GridShortestPath(height, width)
+            self.n_vars, self.expected_nonzeros = height * width, self.host.expected_nonzeros
+            self.calls = 0
+
+        def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+            self.calls += 1
+            assert float(weights.min()) >= 0  # clamped before it
+            flat = weights.reshape(-1, self.n_vars).detach().cpu().double().numpy()
+            return torch.from_numpy(self.host.solve_batch(flat)).to(weights).reshape(weights.shape)
+
+    return StandIn
+
+
+def test_terrain_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import imle_solvers.adapters as adapters
+    from imle_solvers import TorchOracle
+
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
+    monkeypatch.setattr(adapters, "TorchGridShortestPath", _stand_in_torch_grid(), raising=False)
+    prob = make_problem("terrain", 12, 6, 0, size=4, model="resnet-stem", oracle="device")
+    assert isinstance(prob.train_oracle, TorchOracle) and isinstance(prob.eval_oracle, TorchOracle)
+    assert prob.train.features.dtype == torch.uint8
+    torch.manual_seed(0)
+    out = train_model(prob.model(), "imle-mumu", prob.train, prob.test, epochs=1, batch_size=6, lr=1e-3,
+                      train_oracle=prob.train_oracle, eval_oracle=prob.eval_oracle, device="cpu",
+                      method_options={"samples": 1}, show_progress=False)
+    assert prob.train_oracle.oracle is prob.eval_oracle  # type: ignore[attr-defined]
+    assert prob.eval_oracle.calls == 2 + 2 * 2  # type: ignore[attr-defined]   # 2 evaluations, 2 batches × 2
+    assert np.isfinite(out["regret"])
+    host = make_problem("terrain", 12, 6, 0, size=4, oracle="auto", device="cpu")  # auto on the CPU: host
+    assert "GridShortestPath" in repr(host.eval_oracle) and not isinstance(host.eval_oracle, TorchOracle)
+
+
+def test_missing_device_native_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.training.problems as problems
+
+    monkeypatch.setattr(problems, "_torch_grid", lambda size: None)  # as on a branch without it
+    with pytest.raises(ValueError, match="no device-native oracle"):
+        make_problem("terrain", 4, 2, 0, size=3, oracle="device")
+    prob = make_problem("terrain", 4, 2, 0, size=3, oracle="auto", device="meta")  # falls back to the host
+    assert "ClampedCosts(GridShortestPath" in repr(prob.train_oracle)
+
+
+def test_knapsack_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.adapters as adapters
+    from imle_solvers import TorchOracle
+
+    made: list[tuple[np.ndarray, np.ndarray]] = []
+
+    class StandIn(TorchOracle):  # TorchKnapsack's signature; records what it was given
+        sense = "max"
+        expected_nonzeros = None
+
+        def __init__(self, weights: np.ndarray, capacities: np.ndarray) -> None:
+            made.append((weights, capacities))
+            self.n_vars = weights.shape[0]
+
+        def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+            return torch.zeros_like(weights)
+
+    monkeypatch.setattr(adapters, "TorchKnapsack", StandIn, raising=False)
+    prob = make_problem("knapsack", 4, 2, 0, oracle="device")
+    assert isinstance(prob.train_oracle, StandIn) and prob.eval_oracle is prob.train_oracle
+    weights, caps = made[0]
+    assert weights.shape == (32, 2) and weights.dtype == np.int64 and caps.tolist() == [2000, 2000]
+    w = np.asarray(prob.train.info["item_weights"]).T  # [m, dims], multiples of 0.01
+    np.testing.assert_array_equal(weights, np.rint(w * 100))
+    assert prob.train_oracle.expected_nonzeros == prob.train.oracle.expected_nonzeros  # κ carried over
+    host = make_problem("knapsack", 4, 2, 0, oracle="host")
+    assert not isinstance(host.train_oracle, TorchOracle)
+
+
+def test_resnet_stem_is_the_first_resnet18_block() -> None:
+    torch.manual_seed(0)
+    net = ResNetStemCNN(size=12).eval()
+    conv = net.stem[0]
+    assert (conv.kernel_size, conv.stride, conv.out_channels) == ((7, 7), (2, 2), 64)
+    assert len(net.stage) == 2 and isinstance(net.stem[3], torch.nn.MaxPool2d)
+    images = torch.randint(0, 256, (2, 3, 96, 96), dtype=torch.uint8)
+    costs = net(images)
+    assert costs.shape == (2, 144) and torch.all(costs > 0)
+    close(costs, net(images.float() / 255))  # bytes are read as /255
+    small = TerrainCNN(size=12).eval()
+    close(small(images), small(images.float() / 255))
+
+
+def test_results_are_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json as json_module
+
+    target = tmp_path / "results.json"
+    atomic_write_json(target, {"good": 1})
+
+    def interrupted_dump(obj: object, fh: object, **kw: object) -> None:
+        fh.write('{"trunc')  # type: ignore[attr-defined]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(json_module, "dump", interrupted_dump)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_json(target, {"good": 2})
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"good": 1}  # the previous file, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left
+
+
+def test_interrupt_keeps_the_finished_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import imle_solvers.training.runner as runner
+
+    real, calls = runner.train_model, []
+
+    def second_run_interrupted(*args: object, **kwargs: object) -> dict:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "train_model", second_run_interrupted)
+    out = tmp_path / "run"
+    code = main([*TINY, "--method", "two-stage", "spo+", "--epochs", "1", "--out", str(out)])
+    assert code == 130
+    assert [p.name for p in (out / "runs").iterdir()] == ["two-stage-seed0.json"]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is False and [r["method"] for r in saved["runs"]] == ["two-stage"]
+    assert saved["config"]["methods"] == ["two-stage", "spo+"]
+    assert f"1 finished run(s) kept in {out / 'runs'}" in capsys.readouterr().err
+    writer = ResultWriter(None, {})
+    writer.add({"method": "x", "seed": 0})
+    assert writer.finish(complete=True) == []  # no folder: memory only
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: seconds; the in-process test above covers the logic
+def test_ctrl_c_in_a_child_process_keeps_the_finished_runs(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    seeds = [str(s) for s in range(400)]
+    cmd = [sys.executable, "-m", "imle_solvers.cli", "train", *TINY, "--method", "two-stage",
+           "--epochs", "5", "--seeds", *seeds, "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "runs").exists() or not any((out / "runs").glob("*.json")):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "no run finished in 120 s"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 130, err
+    kept = sorted(p.name for p in (out / "runs").glob("*.json"))
+    assert 1 <= len(kept) < 400
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is False and len(saved["runs"]) >= len(kept)
+    assert f"kept in {out / 'runs'}" in err
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_short_terrain_run_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "cache"))
+    for model in ("terrain-cnn", "resnet-stem"):
+        results = run(TrainConfig(problem="terrain", size=12, model=model, methods=("imle-mumu", "dbb"),
+                                  n_train=70, n_test=35, epochs=2, device="cuda", show_progress=False))
+        for r in results:
+            assert r["device"].startswith("cuda") and np.isfinite(r["regret"]) and len(r["curve"]) == 3
+    prob = make_problem("terrain", 8, 4, 0, size=12, device="cuda", oracle="auto")
+    print("terrain oracle on cuda:", prob.train_oracle)

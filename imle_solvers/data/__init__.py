@@ -12,20 +12,9 @@ Each returns a [`PTODataset`][imle_solvers.data.PTODataset] whose ``oracle`` sol
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from .._lazy import lazy_exports
 from .dataset import PTODataset, solve_optimal
+from .knapsack import knapsack  # the function, bound after its submodule: `data.knapsack` is never the module
 from .shortest_path import shortest_path
-
-_LAZY: dict[str, str] = {"knapsack": ".knapsack", "terrain_maps": ".terrain"}
+from .terrain import terrain_maps
 
 __all__ = ["PTODataset", "knapsack", "shortest_path", "solve_optimal", "terrain_maps"]
-
-
-__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
-
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .knapsack import knapsack
-    from .terrain import terrain_maps

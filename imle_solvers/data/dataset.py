@@ -67,6 +67,19 @@ class PTODataset(Dataset):  # type: ignore[type-arg]
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.features[i], self.costs[i], self.solutions[i], self.objectives[i]
 
+    def to(self, device: str | torch.device) -> PTODataset:
+        """The same data set with its tensors on ``device`` (the oracle and the solutions are kept: no
+        solve); ``self`` when they are there already."""
+        dev = torch.device(device)
+        if self.costs.device == dev or (dev.index is None and self.costs.device.type == dev.type):
+            return self
+        moved = PTODataset.__new__(PTODataset)
+        moved.features, moved.costs, moved.solutions, moved.objectives = (
+            t.to(dev) for t in (self.features, self.costs, self.solutions, self.objectives)
+        )
+        moved.oracle, moved.info = self.oracle, self.info
+        return moved
+
     def split(self, n_first: int) -> tuple[PTODataset, PTODataset]:
         """The first ``n_first`` items and the rest, as two data sets sharing the oracle."""
         if not 0 <= n_first <= len(self):

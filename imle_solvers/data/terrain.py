@@ -9,9 +9,15 @@ counted, as in the paper's sec. 6 experiment).
 
 from __future__ import annotations
 
+import os
+import shutil
+import warnings
+from pathlib import Path
+
 import numpy as np
 import torch
 
+from .cache import cache_dir
 from .dataset import PTODataset
 
 __all__ = ["TERRAIN_COSTS", "render_terrain", "terrain_maps"]
@@ -42,17 +48,17 @@ def _textures(pixels: int) -> np.ndarray:
 
 
 def render_terrain(types: np.ndarray, pixels: int = 8, noise: float = 0.08,
-                   rnd: np.random.RandomState | None = None) -> np.ndarray:
-    """RGB images ``(n, 3, K·P, K·P)`` of ``(n, K, K)`` terrain types (colour + texture + pixel noise)."""
-    rnd = np.random.RandomState(0) if rnd is None else rnd
+                   generator: torch.Generator | None = None) -> torch.Tensor:
+    """RGB images ``(n, 3, K·P, K·P)``, float32 in [0, 1], of ``(n, K, K)`` terrain types (colour +
+    texture + Gaussian pixel noise of standard deviation ``noise`` drawn from ``generator``)."""
     n, k, _ = types.shape
-    tex = _textures(pixels)  # [T, P, P]
-    colour = _COLOURS[types]  # [n, K, K, 3]
-    pattern = tex[types]  # [n, K, K, P, P]
-    img = colour[..., None, None] * (1.0 + 0.25 * pattern[..., None, :, :])  # [n, K, K, 3, P, P]
-    img = img.transpose(0, 3, 1, 4, 2, 5).reshape(n, 3, k * pixels, k * pixels)
-    img = img + noise * rnd.standard_normal(img.shape)  # pixel noise
-    return np.clip(img, 0.0, 1.0)
+    t = torch.as_tensor(np.asarray(types), dtype=torch.long)  # [n, K, K]
+    tex = torch.from_numpy(_textures(pixels)).float()  # [T, P, P]
+    colour = torch.from_numpy(_COLOURS).float()  # [T, 3]
+    tiles = colour[:, :, None, None] * (1.0 + 0.25 * tex[:, None])  # one tile per type   [T, 3, P, P]
+    img = tiles[t].permute(0, 3, 1, 4, 2, 5).reshape(n, 3, k * pixels, k * pixels)  # [n, 3, K·P, K·P]
+    img += noise * torch.randn(img.shape, generator=generator)  # pixel noise
+    return img.clamp_(0.0, 1.0)
 
 
 def _terrain_types(n: int, size: int, rnd: np.random.RandomState) -> np.ndarray:
@@ -72,7 +78,28 @@ def _terrain_types(n: int, size: int, rnd: np.random.RandomState) -> np.ndarray:
     return smooth.argmax(axis=1)  # [n, K, K]
 
 
-def terrain_maps(num_samples: int, size: int = 12, seed: int = 0, pixels: int = 8) -> PTODataset:
+def _render_all(types: np.ndarray, pixels: int, seed: int, as_bytes: bool) -> torch.Tensor:
+    """`render_terrain` in chunks of ~16 M pixel values (one torch generator seeded with ``seed``),
+    stored as float32 or as ``uint8`` (``round(255 · value)``)."""
+    n, k, _ = types.shape
+    out = torch.empty((n, 3, k * pixels, k * pixels), dtype=torch.uint8 if as_bytes else torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    step = max(1, 2**24 // (3 * (k * pixels) ** 2))  # maps per chunk (depends on K and P only)
+    for i in range(0, n, step):
+        img = render_terrain(types[i : i + step], pixels, generator=gen)  # [chunk, 3, K·P, K·P] in [0, 1]
+        out[i : i + step] = img.mul_(255.0).round_() if as_bytes else img
+    return out
+
+
+def terrain_maps(
+    num_samples: int,
+    size: int = 12,
+    seed: int = 0,
+    pixels: int = 8,
+    *,
+    image_dtype: torch.dtype = torch.float32,
+    cache: bool = False,
+) -> PTODataset:
     """Terrain maps with optimal paths, the sec. 6 Warcraft task on generated data.
 
     Parameters
@@ -80,16 +107,23 @@ def terrain_maps(num_samples: int, size: int = 12, seed: int = 0, pixels: int = 
     num_samples
         n, the number of maps.
     size
-        K, cells per side (the paper's smallest Warcraft maps are 12 × 12).
+        K, cells per side (the paper's Warcraft maps have K ∈ {12, 18, 24, 30}).
     seed
         Seed of the generator.
     pixels
         P, pixels per cell side (images are ``K·P`` pixels wide).
+    image_dtype
+        ``torch.float32`` (values in [0, 1]) or ``torch.uint8`` (``round(255 · value)``: 4× less memory,
+        like the Warcraft PNGs; the training models divide by 255).
+    cache
+        Keep the maps in the user cache folder (`cache_dir`, ``$IMLE_SOLVERS_CACHE`` or
+        ``~/.cache/imle_solvers``) and load them from there next time (10,000 maps of 30 × 30 take
+        1.7 GB there). Needs ``image_dtype=torch.uint8``.
 
     Returns
     -------
     PTODataset
-        Features: float32 images ``(n, 3, K·P, K·P)``; costs: the ``(n, K·K)`` cell costs
+        Features: images ``(n, 3, K·P, K·P)``; costs: the ``(n, K·K)`` cell costs
         (`TERRAIN_COSTS` of each cell's type, row-major); solutions: cheapest 8-neighbour
         top-left → bottom-right paths as cell masks; ``oracle`` is
         [`GridShortestPath`][imle_solvers.GridShortestPath] ``(K, K)``. ``info["types"]`` holds the type maps.
@@ -100,13 +134,56 @@ def terrain_maps(num_samples: int, size: int = 12, seed: int = 0, pixels: int = 
         raise ValueError(f"size must be an integer >= 2, got {size}")
     if int(pixels) != pixels or pixels < 2 or pixels % 2:
         raise ValueError(f"pixels must be an even integer >= 2, got {pixels}")
+    if image_dtype not in (torch.float32, torch.uint8):
+        raise ValueError(f"image_dtype must be torch.float32 or torch.uint8, got {image_dtype}")
+    if cache and image_dtype != torch.uint8:
+        raise ValueError("cache=True stores uint8 images: pass image_dtype=torch.uint8")
     from ..adapters.graphs import GridShortestPath
 
-    rnd = np.random.RandomState(seed)
-    types = _terrain_types(num_samples, size, rnd)  # [n, K, K]
-    costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
-    images = render_terrain(types, pixels, rnd=rnd)  # [n, 3, K·P, K·P]
     oracle = GridShortestPath(size, size)
     info = {"problem": "terrain", "size": size, "pixels": pixels, "seed": seed,
-            "terrain_costs": TERRAIN_COSTS.tolist(), "types": types}
-    return PTODataset(torch.from_numpy(images).float(), torch.from_numpy(costs).float(), oracle, info=info)
+            "terrain_costs": TERRAIN_COSTS.tolist()}
+    folder = cache_dir() / "terrain" / f"{_CACHE_VERSION}-K{size}-P{pixels}-n{num_samples}-seed{seed}"
+    stored = _load(folder) if cache else None
+    if stored is not None:
+        types, stored_images, solutions = stored
+        costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
+        return PTODataset(torch.from_numpy(stored_images), torch.from_numpy(costs).float(), oracle,
+                          solutions=torch.from_numpy(solutions).float(), info={**info, "types": types})
+    types = _terrain_types(num_samples, size, np.random.RandomState(seed))  # [n, K, K]
+    costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
+    images = _render_all(types, pixels, seed, as_bytes=image_dtype == torch.uint8)  # [n, 3, K·P, K·P]
+    data = PTODataset(images, torch.from_numpy(costs).float(), oracle,
+                      info={**info, "types": types})
+    if cache:
+        _store(folder, types.astype(np.uint8), images.numpy(), data.solutions.numpy().astype(np.uint8))
+    return data
+
+
+#: Bump when the generator changes: cached maps of another version are never read.
+_CACHE_VERSION = "v2"
+_CACHE_FILES = ("types", "images", "solutions")
+
+
+def _load(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The cached ``(types, images, solutions)``, or ``None`` when absent or unreadable."""
+    try:
+        types, images, solutions = (np.load(folder / f"{name}.npy") for name in _CACHE_FILES)
+    except (OSError, ValueError):
+        return None
+    return types.astype(np.int64), images, solutions
+
+
+def _store(folder: Path, *arrays: np.ndarray) -> None:
+    """Write the arrays into a temporary folder beside ``folder``, then rename it into place, so that a
+    reader sees all of them or none. A failure to write leaves no trace and is not an error."""
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
+    try:
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name, array in zip(_CACHE_FILES, arrays):
+            np.save(tmp / f"{name}.npy", array)
+        os.replace(tmp, folder)
+    except OSError as exc:
+        warnings.warn(f"terrain maps not cached in {folder}: {exc}", RuntimeWarning, stacklevel=3)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

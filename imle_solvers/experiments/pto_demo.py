@@ -52,7 +52,7 @@ def main(argv: Sequence[str] = ()) -> int:
     """Run the demo with the options of `build_parser`; returns the exit status."""
     args = build_parser().parse_args(list(argv))
     torch.set_num_threads(1)
-    from ..training import plot_curves, run
+    from ..training import TrainConfig, plot_curves, run
 
     start = time.perf_counter()
     print(
@@ -60,16 +60,10 @@ def main(argv: Sequence[str] = ()) -> int:
         f"deg {args.deg}, {args.epochs} epochs\n",
         flush=True,
     )
-    results = run(
-        "shortest-path",
-        METHODS,
-        seeds=[args.seed],
-        epochs=args.epochs,
-        n_train=args.n_train,
-        n_test=args.n_test,
-        deg=args.deg,
-        show_progress=not args.quiet,
-    )
+    results = run(TrainConfig(
+        problem="shortest-path", methods=METHODS, seeds=(args.seed,), epochs=args.epochs,
+        n_train=args.n_train, n_test=args.n_test, deg=args.deg, show_progress=not args.quiet,
+    ))
     rows = [
         {
             "method": r["method"],

@@ -6,24 +6,43 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import torch
 from torch import nn
 
 from ..adapters.clamp import ClampedCosts
 from ..data.dataset import PTODataset
-from ..oracle import MapOracle
-from .models import TerrainCNN, linear_model
+from ..oracle import MapOracle, TorchOracle
+from .models import ResNetStemCNN, TerrainCNN, linear_model
 
-__all__ = ["PROBLEMS", "Problem", "make_problem"]
+__all__ = ["DEFAULTS", "PROBLEMS", "Problem", "make_problem"]
+
+PROBLEMS: dict[str, str] = {
+    "shortest-path": "5×5 grid shortest path, linear model (PyEPO protocol)",
+    "knapsack": "2-D knapsack with 32 items, linear model (PyEPO protocol)",
+    "terrain": "K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths",
+}
+
+_PYEPO = {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10, "n_train": 1000, "n_test": 1000,
+          "model": "linear", "eval_batch": 1000}
+#: problem → default options (`TrainConfig` fields left ``None`` take these)
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "shortest-path": dict(_PYEPO),
+    "knapsack": dict(_PYEPO),
+    "terrain": {"lr": 5e-4, "batch_size": 35, "epochs": 10, "samples": 1, "n_train": 10_000, "n_test": 1000,
+                "model": "terrain-cnn", "eval_batch": 250, "bb_loss": "hamming", "dpo_samples": 10},
+}
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Problem:
-    """Train / test data, a model factory and the oracle used inside training layers."""
+    """Train / test data, a model factory and the oracles of training layers and of evaluation."""
 
     train: PTODataset
     test: PTODataset
     model: Callable[[], nn.Module]
     train_oracle: MapOracle
+    eval_oracle: MapOracle
     defaults: dict[str, Any]
 
 
@@ -32,47 +51,121 @@ def make_problem(
     n_train: int,
     n_test: int,
     seed: int,
+    *,
     deg: int = 1,
     noise_width: float = 0.5,
     num_features: int = 5,
     grid: int = 5,
     size: int = 12,
+    model: str | None = None,
+    device: str | torch.device = "cpu",
+    oracle: str = "auto",
+    cache: bool = False,
 ) -> Problem:
     """Build ``name`` (``shortest-path``, ``knapsack`` or ``terrain``) with data seed ``seed``.
 
     The train and test sets are the first ``n_train`` and the next ``n_test`` instances of one
-    generated data set (same hidden ``B`` / same terrain costs).
+    generated data set (same hidden ``B`` / same terrain costs). ``oracle`` picks the oracles of
+    training and evaluation: ``"device"`` the device-native ones (terrain:
+    ``adapters.TorchGridShortestPath``; knapsack: ``adapters.TorchKnapsack``), ``"host"`` the
+    solver-backed ones (SciPy Dijkstra, CP-SAT), ``"auto"`` device-native on a GPU and host on the CPU.
+    Where a device-native oracle is not installed, ``"auto"`` keeps the host one and ``"device"``
+    raises ``ValueError``. Terrain maps are stored as ``uint8`` images, kept in the user cache when
+    ``cache``; ``model`` is ``terrain-cnn`` (default) or ``resnet-stem`` for terrain, ``linear`` otherwise.
     """
+    if name not in PROBLEMS:
+        raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
+    defaults = DEFAULTS[name]
+    model_name = defaults["model"] if model is None else model
+    native = oracle == "device" or (oracle == "auto" and torch.device(device).type != "cpu")
     n = n_train + n_test
-    if name == "shortest-path":
-        from ..data.shortest_path import shortest_path
+    if name in ("shortest-path", "knapsack"):
+        if model_name != "linear":
+            raise ValueError(f"problem {name!r} uses the linear model, got model {model_name!r}")
+        if name == "shortest-path":
+            from ..data.shortest_path import shortest_path
 
-        data = shortest_path(n, num_features, (grid, grid), deg, noise_width, seed)
+            data = shortest_path(n, num_features, (grid, grid), deg, noise_width, seed)
+            host = data.oracle
+            device_native: MapOracle | None = data.oracle  # DAGShortestPath: a TorchOracle already
+        else:
+            from ..data.knapsack import knapsack
+
+            data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed)
+            host = data.oracle
+            device_native = _torch_knapsack(data) if native else host
         train, test = data.split(n_train)
+        chosen = _choose(host, device_native, native, oracle)
         m = data.oracle.n_vars
-        return Problem(train, test, lambda: linear_model(num_features, m), data.oracle,
-                       {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10})
-    if name == "knapsack":
-        from ..data.knapsack import knapsack
+        return Problem(train, test, lambda: linear_model(num_features, m), chosen, chosen, defaults)
+    from ..data.terrain import terrain_maps
 
-        data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed)
-        train, test = data.split(n_train)
-        m = data.oracle.n_vars
-        return Problem(train, test, lambda: linear_model(num_features, m), data.oracle,
-                       {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10})
-    if name == "terrain":
-        from ..data.terrain import terrain_maps
-
-        data = terrain_maps(n, size=size, seed=seed)
-        train, test = data.split(n_train)
-        return Problem(train, test, lambda: TerrainCNN(size), ClampedCosts(data.oracle, 0.0),
-                       {"lr": 5e-4, "batch_size": 35, "epochs": 10, "samples": 1, "bb_loss": "hamming",
-                        "dpo_samples": 10})
-    raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
+    if model_name not in ("terrain-cnn", "resnet-stem"):
+        raise ValueError(f"problem 'terrain' uses terrain-cnn or resnet-stem, got model {model_name!r}")
+    data = terrain_maps(n, size=size, seed=seed, image_dtype=torch.uint8, cache=cache)
+    train, test = data.split(n_train)
+    grid_native = _torch_grid(size) if native else None
+    clamped_native = _ClampedTorch(grid_native) if grid_native is not None else None
+    train_oracle = _choose(ClampedCosts(data.oracle, 0.0), clamped_native, native, oracle)
+    eval_oracle = _choose(data.oracle, grid_native, native, oracle)
+    factory: Callable[[], nn.Module] = (
+        (lambda: TerrainCNN(size)) if model_name == "terrain-cnn" else (lambda: ResNetStemCNN(size))
+    )
+    return Problem(train, test, factory, train_oracle, eval_oracle, defaults)
 
 
-PROBLEMS: dict[str, str] = {
-    "shortest-path": "5×5 grid shortest path, linear model (PyEPO protocol)",
-    "knapsack": "2-D knapsack with 32 items, linear model (PyEPO protocol)",
-    "terrain": "12×12 terrain maps (Warcraft stand-in), small CNN, 8-neighbour vertex-weighted paths",
-}
+def _choose(host: MapOracle, native: MapOracle | None, want_native: bool, choice: str) -> MapOracle:
+    if not want_native:
+        return host
+    if native is None or not isinstance(native, TorchOracle):
+        if choice == "device":
+            raise ValueError(f"no device-native oracle is installed for {host!r} (use --oracle host or auto)")
+        return host
+    return native
+
+
+def _torch_grid(size: int) -> TorchOracle | None:
+    """``adapters.TorchGridShortestPath(K, K, neighbourhood=8)``, or ``None`` where it is not installed."""
+    try:
+        from ..adapters import TorchGridShortestPath  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        return None
+    return TorchGridShortestPath(size, size, neighbourhood=8)  # type: ignore[no-any-return]
+
+
+def _torch_knapsack(data: PTODataset) -> MapOracle | None:
+    """The data set's knapsack as ``adapters.TorchKnapsack`` (item weights and capacities are multiples
+    of 0.01, scaled to integers), the data set's own oracle if it is device-native already, or ``None``
+    where ``TorchKnapsack`` is not installed."""
+    if isinstance(data.oracle, TorchOracle):
+        return data.oracle
+    try:
+        from ..adapters import TorchKnapsack  # type: ignore[attr-defined]
+    except (ImportError, AttributeError):
+        return None
+    w = np.asarray(data.info["item_weights"], dtype=float).T * 100  # [m, dims]
+    caps = np.asarray(data.info["capacity"], dtype=float) * 100  # [dims]
+    if not (np.allclose(w, np.rint(w)) and np.allclose(caps, np.rint(caps))):
+        return None
+    oracle = TorchKnapsack(np.rint(w).astype(np.int64), np.rint(caps).astype(np.int64))
+    if getattr(oracle, "expected_nonzeros", None) is None:
+        oracle.expected_nonzeros = data.oracle.expected_nonzeros  # κ of SumOfGamma, as the data set's
+    return oracle  # type: ignore[no-any-return]
+
+
+class _ClampedTorch(TorchOracle):
+    """[`ClampedCosts`][imle_solvers.ClampedCosts] for a device-native cost oracle: ``max(c, 0)`` on the
+    device, then ``solve_torch`` (perturbed costs stay in the grid path's domain, no negative cycles)."""
+
+    sense = "min"
+
+    def __init__(self, oracle: TorchOracle) -> None:
+        self.oracle = oracle
+        self.n_vars = oracle.n_vars
+        self.expected_nonzeros = oracle.expected_nonzeros
+
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        return self.oracle.solve_torch(weights.clamp_min(0.0))  # c ← max(c, 0)   [..., m]
+
+    def __repr__(self) -> str:
+        return f"ClampedCosts({self.oracle!r}, floor=0.0)"
