@@ -23,9 +23,9 @@ from imle_solvers import (
     TopK,
     WorkerCrashedError,
 )
-from imle_solvers._pool_worker import RemoteTraceback
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
+from imle_solvers.pool._worker import RemoteTraceback
 from tests.test_pool_oracles import (
     FLAG,
     BrokenUnpickle,

@@ -80,6 +80,6 @@ def test_pool_owned_local_cluster_is_closed_with_the_pool() -> None:
     pool = SolverPool(2, backend="dask", fallback=False)
     w = batch(9)
     np.testing.assert_array_equal(pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
-    client = pool._res.dask.client
+    client = pool._holder[0].client  # type: ignore[union-attr]
     pool.close()
     assert client.status in ("closed", "closing")

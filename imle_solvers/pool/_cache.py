@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import ImleSolversError, InvalidWeightsError
-from .oracle import MapOracle, check_oracle
+from ..errors import ImleSolversError, InvalidWeightsError
+from ..oracle import MapOracle, check_oracle
 
 if TYPE_CHECKING:
-    from .oracle import BatchSolver
+    from ..oracle import BatchSolver
 
 __all__ = ["SolutionCache"]
 

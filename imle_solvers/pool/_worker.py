@@ -21,8 +21,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .errors import ImleSolversError
-from .oracle import MapOracle
+from ..errors import ImleSolversError, SolverTimeoutError
+from ..oracle import MapOracle
+from ._runner import Deadline
 
 __all__ = [
     "ChunkError",
@@ -107,7 +108,7 @@ def _failure(exc: BaseException, rows: tuple[int, ...], where: str) -> ChunkFail
 
 
 def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str = "in-process",
-                deadline: float | None = None) -> tuple[np.ndarray, float]:
+                deadline: Deadline | None = None) -> tuple[np.ndarray, float]:
     """Solve already-validated rows ``start … start + n − 1`` of a batch.
 
     Parameters
@@ -121,7 +122,7 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
     where
         Where this runs, for error messages.
     deadline
-        ``time.perf_counter()`` value after which no new row is started (a soft limit: checked
+        The call's time limit, after which no new row is started (a soft limit: checked
         between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted
         rows).
 
@@ -140,10 +141,9 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
     if _uses_default_batch(oracle):
         out = np.empty(weights.shape, dtype=np.float64)  # z_i = MAP(w_i)   [n, m]
         for i in range(n):
-            if deadline is not None and time.perf_counter() > deadline:
-                from .errors import SolverTimeoutError
-
-                exc = SolverTimeoutError("pool call timed out before these rows were started",
+            if deadline is not None and deadline.expired():
+                exc = SolverTimeoutError(f"pool call exceeded {deadline.describe()} before these rows were "
+                                         "started",
                                          rows=range(start + i, start + n))
                 raise ChunkError(_failure(exc, exc.rows, where), exc)
             try:
@@ -244,7 +244,7 @@ def pin_threads(threads: int) -> None:
 
 
 def worker_main(conn: Any, threads: int) -> None:
-    """Main loop of a process worker (see ``_pool_process.py`` for the message protocol).
+    """Main loop of a process worker (see ``_process.py`` for the message protocol).
 
     Messages in: ``("oracle", token, blob)``, ``("forget", token)``,
     ``("solve", call_id, chunk_id, token, start, weights)``, ``("stop",)``.

@@ -1,0 +1,150 @@
+"""The Dask backend of [`SolverPool`][imle_solvers.pool.SolverPool]: the same calls on a ``dask.distributed``
+cluster.
+
+The oracle is scattered once to every worker (``client.scatter(oracle, broadcast=True)``) and the
+resulting future is reused by every later call; each call submits one task per row chunk and gathers
+the states in row order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import SolverTimeoutError, WorkerCrashedError, require
+from ._plan import Entry
+from ._runner import Deadline, RunResult
+from ._worker import dask_solve_chunk, raise_failure
+
+__all__ = ["DaskRunner"]
+
+
+class DaskRunner:
+    """Holds the Dask client (and the local cluster it may own) for one pool; a
+    ``Runner``.
+
+    Parameters
+    ----------
+    workers
+        Worker processes of the `distributed.LocalCluster` started when neither ``client`` nor
+        ``address`` is given.
+    client
+        An existing `distributed.Client` (not closed by the pool).
+    address
+        A scheduler address such as ``"tcp://10.0.0.5:8786"``; the pool opens (and closes) a client.
+    """
+
+    def __init__(self, workers: int | None, client: Any = None, address: str | None = None) -> None:
+        self._workers = workers
+        self._address = address
+        self._own_client = client is None
+        self._cluster: Any = None
+        self._client: Any = client
+        self._distributed: Any = None
+        self.scatters = 0  # oracles scattered
+
+    @property
+    def client(self) -> Any:
+        """The ``distributed.Client`` (connected, or a local cluster started, on first use)."""
+        if self._distributed is None:
+            self._distributed = require("distributed", "dask")
+        if self._client is None:
+            distributed = self._distributed
+            if self._address is not None:
+                self._client = distributed.Client(self._address)
+            else:
+                self._cluster = distributed.LocalCluster(
+                    n_workers=self._workers or 2, threads_per_worker=1, processes=True,
+                    dashboard_address=None,
+                    env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+                )
+                self._client = distributed.Client(self._cluster)
+        return self._client
+
+    def start(self) -> None:
+        """Connect (or start the local cluster)."""
+        self.client  # noqa: B018 - the property connects
+
+    def n_workers(self) -> int:
+        """Total worker threads on the cluster (each solves one chunk at a time)."""
+        if self._client is None:
+            return self._workers or 2
+        info = self.client.scheduler_info()
+        return max(1, sum(int(w.get("nthreads", 1)) for w in info.get("workers", {}).values()))
+
+    def prepare(self, entry: Entry, oracle: object) -> None:
+        """Nothing yet: the oracle is scattered on its first parallel call."""
+
+    def forget(self, entry: Entry) -> None:
+        """Release the scattered oracle."""
+        if entry.dask_future is not None and self._client is not None:
+            with contextlib.suppress(Exception):
+                entry.dask_future.release()
+        entry.dask_future = None
+
+    def pids(self) -> list[int]:
+        return []
+
+    def counters(self) -> dict[str, int]:
+        return {"worker_restarts": 0, "oracles_shipped": self.scatters}
+
+    def active(self) -> bool:
+        return self._client is not None
+
+    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
+            deadline: Deadline) -> RunResult:
+        """Solve ``weights`` in chunks; returns the states and what was measured."""
+        client = self.client
+        distributed = self._distributed
+        first_use = entry.dask_future is None
+        if first_use:  # send the oracle to every worker once; the future stands for it later
+            self.scatters += 1
+            entry.dask_future = client.scatter(entry.ref(), broadcast=True, hash=False)
+        t0 = time.perf_counter()
+        futures = [
+            client.submit(dask_solve_chunk, entry.dask_future, weights[a:b], a, pure=False)
+            for a, b in bounds
+        ]
+        try:
+            distributed.wait(futures, timeout=deadline.remaining())
+        except (TimeoutError, distributed.TimeoutError) as exc:
+            unfinished = [r for f, (a, b) in zip(futures, bounds) if not f.done() for r in range(a, b)]
+            client.cancel(futures)
+            raise SolverTimeoutError(
+                f"dask pool call exceeded {deadline.describe()} ({len(unfinished)} rows unfinished; "
+                "tasks were cancelled, a solve already running finishes on its worker)",
+                rows=unfinished,
+            ) from exc
+        except BaseException:
+            client.cancel(futures)
+            raise
+        out = np.empty(weights.shape, dtype=np.float64)
+        seconds: list[float] = []
+        for future, (a, b) in zip(futures, bounds):
+            if future.status == "error":
+                error = future.exception()
+                if type(error).__name__ == "KilledWorker":
+                    raise WorkerCrashedError(f"dask workers died while solving these rows ({error})",
+                                             rows=range(a, b)) from error
+                raise error
+            status, payload, secs = future.result()
+            if status == "failed":
+                raise_failure(payload)
+            out[a:b] = payload
+            seconds.append(secs)
+        solve_s = float(sum(seconds))
+        return RunResult(states=out, solve_s=solve_s, slowest_s=solve_s / min(self.n_workers(), len(bounds)),
+                         wall_s=time.perf_counter() - t0, first_use=first_use)
+
+    def close(self) -> None:
+        """Close the client and cluster this runner opened (a client passed in is left open)."""
+        if self._own_client and self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+            if self._cluster is not None:
+                with contextlib.suppress(Exception):
+                    self._cluster.close()
+            self._client = None
