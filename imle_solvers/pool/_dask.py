@@ -8,7 +8,9 @@ the states in row order.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import re
 import time
 from typing import Any
 
@@ -94,22 +96,48 @@ class DaskRunner:
     def active(self) -> bool:
         return self._client is not None
 
+    def _scatter(self, oracle: object) -> Any:
+        """``client.scatter(oracle, broadcast=True)``, retried while crashed workers restart."""
+        self.scatters += 1
+        for attempt in range(3):
+            try:
+                return self.client.scatter(oracle, broadcast=True, hash=False)
+            except OSError:  # CommClosedError: a worker that was just replaced
+                if attempt == 2:
+                    raise
+                self.client.wait_for_workers(1, timeout=60)
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
             deadline: Deadline) -> RunResult:
         """Solve ``weights`` in chunks; returns the states and what was measured."""
         client = self.client
         distributed = self._distributed
+        if entry.dask_future is not None and entry.dask_future.status != "finished":
+            self.forget(entry)  # the scattered copy was lost (its workers died): send it again
         first_use = entry.dask_future is None
         if first_use:  # send the oracle to every worker once; the future stands for it later
-            self.scatters += 1
-            entry.dask_future = client.scatter(entry.ref(), broadcast=True, hash=False)
+            entry.dask_future = self._scatter(entry.ref())
         t0 = time.perf_counter()
         futures = [
             client.submit(dask_solve_chunk, entry.dask_future, weights[a:b], a, pure=False)
             for a, b in bounds
         ]
+        crashed = (concurrent.futures.CancelledError, distributed.KilledWorker)
         try:
             distributed.wait(futures, timeout=deadline.remaining())
+            out = np.empty(weights.shape, dtype=np.float64)
+            seconds: list[float] = []
+            for future, (a, b) in zip(futures, bounds):
+                error = future.exception() if future.status == "error" else None
+                if error is not None and not isinstance(error, crashed):
+                    raise error  # raised by Dask itself, outside the oracle
+                status, payload, secs = future.result()  # a lost task raises KilledWorker/CancelledError
+                if status == "failed":
+                    raise_failure(payload)
+                out[a:b] = payload
+                seconds.append(secs)
         except (TimeoutError, distributed.TimeoutError) as exc:
             unfinished = [r for f, (a, b) in zip(futures, bounds) if not f.done() for r in range(a, b)]
             client.cancel(futures)
@@ -118,23 +146,21 @@ class DaskRunner:
                 "tasks were cancelled, a solve already running finishes on its worker)",
                 rows=unfinished,
             ) from exc
+        except crashed as exc:
+            # a worker died: its task was lost (KilledWorker) or cancelled with the oracle's copy
+            # ("lost dependencies"); the scattered oracle cannot be trusted any more
+            lost = [r for f, (a, b) in zip(futures, bounds) if f.status != "finished" for r in range(a, b)]
+            client.cancel(futures)
+            self.forget(entry)  # the next call scatters the oracle again
+            found = re.search(r"for reason: ([^.\n]+)", str(exc))
+            why = found.group(1) if found else str(exc).strip().split("\n")[0][:200]
+            raise WorkerCrashedError(
+                f"a dask worker died (or the tasks were cancelled) while solving these rows "
+                f"({type(exc).__name__}: {why}); the oracle is sent again on the next call",
+                rows=lost) from None
         except BaseException:
             client.cancel(futures)
             raise
-        out = np.empty(weights.shape, dtype=np.float64)
-        seconds: list[float] = []
-        for future, (a, b) in zip(futures, bounds):
-            if future.status == "error":
-                error = future.exception()
-                if type(error).__name__ == "KilledWorker":
-                    raise WorkerCrashedError(f"dask workers died while solving these rows ({error})",
-                                             rows=range(a, b)) from error
-                raise error
-            status, payload, secs = future.result()
-            if status == "failed":
-                raise_failure(payload)
-            out[a:b] = payload
-            seconds.append(secs)
         solve_s = float(sum(seconds))
         return RunResult(states=out, solve_s=solve_s, slowest_s=solve_s / min(self.n_workers(), len(bounds)),
                          wall_s=time.perf_counter() - t0, first_use=first_use)

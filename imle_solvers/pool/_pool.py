@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import InvalidWeightsError, SolverTimeoutError
+from ..errors import ImleSolversError, InvalidWeightsError, SolverTimeoutError
 from ..oracle import MapOracle, TorchOracle, check_oracle
 from ._cache import SolutionCache
 from ._plan import DEFAULT_OVERHEAD_S, Decision, Entry, PoolPlan, chunk_bounds, decide, ema
@@ -61,19 +61,23 @@ class SolverPool:
         oracles); ``"serial"``: solve in the caller; ``"dask"``: a ``dask.distributed`` cluster.
     timeout
         Seconds allowed for one [`solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call (``None``: no
-        limit). On the process backend
-        busy workers are killed and replaced and
-        [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised;
-        rows solved in the caller or on threads are checked between rows (a running solve cannot be
-        interrupted there).
+        limit); past it [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised. With a
+        timeout, the process, thread and Dask backends never solve rows in the caller (where a running
+        solve cannot be stopped): busy worker processes are killed and replaced, a thread or Dask task
+        that is already solving is abandoned (it finishes in the background). The serial backend checks
+        the limit between rows.
     chunksize
         Rows per chunk; default: sized from the measured solve time, one to four chunks per worker of
         at least ~20 ms of solving each.
     min_parallel_seconds
         Batches whose predicted serial solve time is below this are solved in the caller.
     fallback
-        Let the pool solve in the caller when its cost model predicts no gain (``True``, the default:
-        a pool is then never much slower than serial). ``False`` sends every row to the workers.
+        Whether the pool may solve a batch in the caller when its cost model predicts no gain from
+        the workers. ``None`` (default): on the thread backend yes; on the process and Dask backends
+        only for oracles that declare ``in_process_safe = True`` (the library's torch oracles, for
+        instance), so that a user oracle that crashes (segfault, ``os._exit``) or hangs never takes
+        the caller down with it. ``True``: yes for every oracle (fastest, no isolation for small
+        batches). ``False``: every row goes to the workers.
     min_speedup
         Predicted speedup the parallel path must reach to be chosen.
     retries
@@ -123,7 +127,7 @@ class SolverPool:
         timeout: float | None = None,
         chunksize: int | None = None,
         min_parallel_seconds: float = 0.01,
-        fallback: bool = True,
+        fallback: bool | None = None,
         min_speedup: float = 1.1,
         retries: int = 1,
         start_method: str | None = None,
@@ -147,12 +151,18 @@ class SolverPool:
             raise ValueError("start_method must be 'spawn' or 'forkserver' ('fork' is unsafe with torch)")
         if (dask_address is not None or client is not None) and backend != "dask":
             raise ValueError("dask_address / client only apply to backend='dask'")
+        if backend == "process" and multiprocessing.current_process().daemon:
+            raise ImleSolversError(
+                f"backend='process' cannot start worker processes inside the daemonic process "
+                f"{multiprocessing.current_process().name!r} (a pool worker, a DataLoader worker…: "
+                "daemonic processes may not have children); use SolverPool(backend='thread') or "
+                "backend='serial' there")
         self.backend: str = backend
         self.workers = int(workers) if workers is not None else _default_workers()
         self.timeout = timeout
         self.chunksize = chunksize
         self.min_parallel_seconds = float(min_parallel_seconds)
-        self.fallback = bool(fallback)
+        self.fallback = None if fallback is None else bool(fallback)
         self.min_speedup = float(min_speedup)
         self.retries = int(retries)
         self.start_method = start_method
@@ -337,8 +347,8 @@ class SolverPool:
         entry = self._entry(oracle)
         parts: list[np.ndarray] = []
         done = 0
-        if self.fallback and entry.serial_row_s is None and entry.worker_row_s is None \
-                and not (self.timeout is not None and self.backend in ("process", "dask")):
+        in_caller, why_not = self._may_solve_in_caller(oracle)
+        if in_caller and entry.serial_row_s is None and entry.worker_row_s is None:
             done = self._probe(oracle, weights, entry, parts, deadline)
         rest = n - done
         timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
@@ -348,10 +358,10 @@ class SolverPool:
         row_s = entry.worker_row_s if entry.worker_row_s is not None else serial_row
         if rest == 0:
             decision = Decision(mode="in-process", reason="all rows solved while timing")
-        elif not self.fallback:
-            decision = Decision(mode="parallel", reason="fallback=False")
-        elif row_s is None or serial_row is None:
-            decision = Decision(mode="parallel", reason="timed in the workers (timeout set)")
+        elif not in_caller:
+            decision = Decision(mode="parallel", reason=why_not)
+        elif row_s is None or serial_row is None:  # pragma: no cover - the probe timed it
+            decision = Decision(mode="parallel", reason="not timed yet")
         else:
             decision = decide(entry, backend=self.backend, rows=rest, row_bytes=weights[0].nbytes,
                               serial_row=serial_row, row_s=row_s, workers=workers,
@@ -381,6 +391,17 @@ class SolverPool:
         finish("parallel", decision, probe_rows=done, chunks=len(bounds),
                chunksize=max(b - a for a, b in bounds), est_row_s=row_s)
         return out
+
+    def _may_solve_in_caller(self, oracle: MapOracle) -> tuple[bool, str]:
+        """Whether the cost model may pick the caller for this oracle; if not, why."""
+        if self.timeout is not None:  # a solve running in the caller cannot be stopped
+            return False, f"timeout={self.timeout} s: rows are solved where a time-out can stop them"
+        if self.fallback is not None:
+            return self.fallback, "fallback=False"
+        if self.backend == "thread" or getattr(oracle, "in_process_safe", False):
+            return True, ""
+        return False, (f"backend={self.backend!r} keeps {type(oracle).__name__} out of the caller "
+                       "(in_process_safe=False; fallback=True allows it)")
 
     def _probe(self, oracle: MapOracle, weights: np.ndarray, entry: Entry, parts: list[np.ndarray],
                deadline: Deadline) -> int:

@@ -23,6 +23,7 @@ import dataclasses
 import multiprocessing
 import os
 import pickle
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -92,7 +93,16 @@ def _shutdown(workers: list[_Worker], grace: float) -> None:
 
 
 def _kill(w: _Worker) -> None:
-    """Kill one worker if it still runs, reap it, close its pipe and process handle."""
+    """Kill one worker and its solver children, reap it, close its pipe and process handle.
+
+    A worker leads its own process group (see ``_worker.py``), so ``killpg`` also ends the solver
+    processes it started (``cbc``…). The pid cannot name anyone else's group: Linux does not reuse a
+    pid while a process group of that number exists.
+    """
+    pid = w.process.pid
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         if w.process.is_alive():
             w.process.kill()
@@ -137,7 +147,7 @@ class ProcessFleet:
         self.restarts = 0  # workers replaced after a crash or a time-out
         self.shipments = 0  # oracle blobs sent to workers
         self._call_id = 0
-        self._failed_starts = 0
+        self._ever_ready = False  # until one worker has started, start one at a time (a scout)
 
     # ------------------------------------------------------------------ lifecycle
     def pids(self) -> list[int]:
@@ -187,29 +197,38 @@ class ProcessFleet:
         self.wait_ready()
 
     def spawn_missing(self) -> None:
-        """Start missing workers (returns at once; they import in the background)."""
+        """Start missing workers (returns at once; they import in the background).
+
+        Until a first worker has reported ready, only that one is started: a worker that cannot start
+        prints its traceback once, not once per worker and retry.
+        """
         for w in [w for w in self.workers if not w.process.is_alive()]:
             self._discard(w)  # died between calls
             self.restarts += 1
-        while len(self.workers) < self.size:
+        target = self.size if self._ever_ready else 1
+        while len(self.workers) < target:
             self._spawn()
 
     def wait_ready(self) -> None:
-        """Block until every live worker has reported ready (or raise if they cannot start)."""
+        """Block until every live worker has reported ready (or raise if one cannot start)."""
         self.spawn_missing()
         end = time.monotonic() + self.startup_timeout
-        while not all(w.ready for w in self.workers):
+        while len(self.workers) < self.size or not all(w.ready for w in self.workers):
             remaining = end - time.monotonic()
             if remaining <= 0:
                 raise WorkerCrashedError(f"pool workers did not start within {self.startup_timeout:.0f} s")
             for w in self._pump(mp_wait(self._waitables(), timeout=min(remaining, 0.5)), -1, None):
                 self._replace(w)
-            if self._failed_starts >= 2 * self.size:
-                raise WorkerCrashedError(
-                    "pool workers die while starting: a script that creates a process pool at import "
-                    "time needs the `if __name__ == '__main__':` guard; also check that your oracle's "
-                    "module imports in a fresh interpreter (or use backend='thread')")
             self.spawn_missing()
+
+    def _start_failed(self, w: _Worker, rows: list[int]) -> None:
+        code = w.process.exitcode
+        self._discard(w)
+        raise WorkerCrashedError(
+            f"a pool worker died while starting (exit code {code}; its own traceback, if any, is printed "
+            "above). A script that creates a process pool at import time needs the "
+            "`if __name__ == '__main__':` guard; the main module must import in a fresh interpreter. "
+            "Or use backend='thread'", rows=rows)
 
     def close(self, grace: float = 1.0) -> None:
         """Stop every worker (idempotent)."""
@@ -224,9 +243,9 @@ class ProcessFleet:
             self.workers.remove(w)
         _kill(w)
 
-    def _replace(self, w: _Worker) -> None:
-        if not w.ready:
-            self._failed_starts += 1
+    def _replace(self, w: _Worker, rows: list[int] | None = None) -> None:
+        if not w.ready:  # no retry: it would print the same traceback again
+            self._start_failed(w, rows or [])
         self._discard(w)
         self.restarts += 1
         self._spawn()
@@ -270,7 +289,7 @@ class ProcessFleet:
         kind = msg[0]
         if kind == "ready":
             w.ready, w.pid = True, msg[1]
-            self._failed_starts = 0
+            self._ever_ready = True
             return
         job, w.job = w.job, None
         if job is None or job[0] != call_id or on_done is None:
@@ -348,7 +367,7 @@ class ProcessFleet:
                 for w in dead:
                     lost = w.job[1] if w.job is not None and w.job[0] == call_id else None
                     code = w.process.exitcode
-                    self._replace(w)
+                    self._replace(w, _rows_of(pending) + _rows_of([lost] if lost else []))
                     if lost is None:
                         continue
                     if lost.attempts > retries:
@@ -357,9 +376,6 @@ class ProcessFleet:
                             f"{' (after a retry)' if retries else ''}; it has been replaced",
                             rows=range(lost.start, lost.stop))
                     pending.appendleft(lost)
-                starving = not any(w.ready for w in self.workers) and pending
-                if starving and self._failed_starts >= 2 * self.size:
-                    raise WorkerCrashedError("pool workers die while starting", rows=_rows_of(pending))
         except Exception:
             raise
         except BaseException:  # KeyboardInterrupt / SystemExit: leave no child behind

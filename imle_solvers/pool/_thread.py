@@ -2,13 +2,18 @@
 
 For solvers that release the GIL (C/C++ solvers, ``time.sleep``) or oracles that cannot be pickled.
 Threads share the caller's memory: no isolation from a crashing solver, and a solve that is already
-running cannot be stopped (it finishes in the background after a time-out).
+running cannot be stopped (it finishes in the background after a time-out or Ctrl-C). The threads are
+daemon threads, so such an abandoned solve never keeps the interpreter from exiting (the standard
+``ThreadPoolExecutor`` joins its threads at exit: Ctrl-C would raise, then wait for the solve).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import queue
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -21,17 +26,54 @@ from ._worker import ChunkError, raise_failure, solve_chunk
 __all__ = ["ThreadRunner"]
 
 
+class _DaemonThreads:
+    """A fixed set of daemon threads taking ``(future, fn, args)`` from one queue."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any],
+                                             tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._loop, name=f"imle-solvers-{i}", daemon=True)
+                         for i in range(size)]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the caller through the future
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del item, future, fn, args  # hold no oracle or batch between tasks
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Let every thread end after its current task (queued tasks should be cancelled first)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
 class ThreadRunner:
     """``size`` threads that solve one chunk each at a time (see ``Runner``)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor: _DaemonThreads | None = None
 
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _pool(self) -> _DaemonThreads:
         if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(self.size,
-                                                                   thread_name_prefix="imle-solvers")
+            self._executor = _DaemonThreads(self.size)
         return self._executor
 
     def start(self) -> None:
@@ -57,7 +99,7 @@ class ThreadRunner:
 
     def close(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown()
             self._executor = None
 
     def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
@@ -72,9 +114,10 @@ class ThreadRunner:
         try:
             done, not_done = concurrent.futures.wait(futures, timeout=deadline.remaining(),
                                                      return_when=concurrent.futures.FIRST_EXCEPTION)
-        except BaseException:
+        except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are abandoned
             for f in futures:
                 f.cancel()
+            self.close()
             raise
         failed = [f for f in done if f.exception() is not None]
         if failed:

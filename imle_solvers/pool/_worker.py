@@ -14,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import select
 import signal
+import threading
 import time
 import traceback
 from typing import Any, NoReturn
@@ -243,6 +245,48 @@ def pin_threads(threads: int) -> None:
         pass
 
 
+def _own_process_group() -> bool:
+    """Make this worker the leader of a new session and process group (its solver children join it).
+
+    The caller then stops a worker with ``killpg``, which takes any ``cbc``-like child process
+    along, and a terminal's Ctrl-C reaches the caller only.
+    """
+    try:
+        os.setsid()
+    except OSError:  # pragma: no cover - already a group leader
+        return os.getpgid(0) == os.getpid()
+    return True
+
+
+def _watch_parent(conn: Any, own_group: bool) -> None:
+    """Die with the caller: a daemon thread waits for the caller's end of the pipe to close.
+
+    The caller is the only process holding that end, so a hang-up means that it exited or was killed
+    (even by SIGKILL, which it cannot handle). The worker then kills its process group: itself and
+    every solver process it started, even while its main thread is stuck in a long solve. Linux
+    (``POLLRDHUP``); elsewhere a worker notices at its next ``recv``.
+    """
+    rdhup = getattr(select, "POLLRDHUP", None)
+    if rdhup is None:  # pragma: no cover - not Linux
+        return
+    poller = select.poll()
+    poller.register(conn.fileno(), rdhup)  # peer hang-up only: never consumes a message
+
+    def watch() -> None:
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover - retried by Python itself
+                continue
+            if events:
+                break
+        if own_group:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)  # pragma: no cover - without a group of its own
+
+    threading.Thread(target=watch, name="imle-solvers-parent-watch", daemon=True).start()
+
+
 def worker_main(conn: Any, threads: int) -> None:
     """Main loop of a process worker (see ``_process.py`` for the message protocol).
 
@@ -253,6 +297,8 @@ def worker_main(conn: Any, threads: int) -> None:
     The loop ends on ``stop`` or when the parent's end of the pipe closes (the parent died).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business: it stops us
+    own_group = _own_process_group()
+    _watch_parent(conn, own_group)
     pin_threads(threads)
     where = f"pool worker (pid {os.getpid()})"
     oracles: dict[int, MapOracle | ChunkFailure] = {}
