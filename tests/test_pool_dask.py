@@ -91,7 +91,7 @@ def test_lost_oracle_copy_gives_worker_crashed_then_is_sent_again(client: object
 
     The cheap form, on threads; ``test_pool_guarantees.py`` kills a real worker process (slow).
     """
-    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2) as pool:
+    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=0) as pool:
         oracle = Hang(STATES, seconds=0.6)
         pool.solve_batch(oracle, batch(4))
         future = pool._entries[id(oracle)].dask_future
@@ -103,3 +103,15 @@ def test_lost_oracle_copy_gives_worker_crashed_then_is_sent_again(client: object
         shipped = pool.stats["oracles_shipped"]
         np.testing.assert_array_equal(pool.solve_batch(oracle, batch(4)), Enum(STATES).solve_batch(batch(4)))
         assert pool.stats["oracles_shipped"] == shipped + 1
+
+
+def test_a_call_whose_oracle_copy_was_lost_is_sent_again(client: object) -> None:
+    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=1) as pool:
+        oracle = Hang(STATES, seconds=0.6)
+        pool.solve_batch(oracle, batch(4))
+        future = pool._entries[id(oracle)].dask_future
+        timer = threading.Timer(0.2, client.cancel, args=([future],), kwargs={"force": True})  # type: ignore[attr-defined]
+        timer.start()
+        w = batch(4, flag_row=0)
+        np.testing.assert_array_equal(pool.solve_batch(oracle, w), Enum(STATES).solve_batch(w))
+        assert pool.stats["oracles_shipped"] == 2

@@ -326,12 +326,12 @@ import sys, numpy as np
 sys.path.insert(0, {root!r})
 from imle_solvers import WorkerCrashedError
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import FLAG, Exiter, Enum, k_subsets
+from tests.test_pool_oracles import FLAG, Enum, Killer, k_subsets
 if __name__ == "__main__":
     states = k_subsets(5, 2)
     w = np.random.default_rng(0).normal(size=(6, 5))
-    with SolverPool(2, backend="dask", fallback=False, chunksize=3) as pool:
-        oracle = Exiter(states)
+    with SolverPool(2, backend="dask", fallback=False, chunksize=3, retries=0) as pool:
+        oracle = Killer(states)  # SIGKILLs its worker on the flagged row, wherever Dask runs it
         pool.solve_batch(oracle, w)
         bad = w.copy()
         bad[4, 0] = FLAG

@@ -24,6 +24,10 @@ from ._worker import dask_solve_chunk, raise_failure
 __all__ = ["DaskRunner"]
 
 
+class _LostOracle(Exception):
+    """A call's tasks were cancelled with the oracle's copy: worth one more try."""
+
+
 class DaskRunner:
     """Holds the Dask client (and the local cluster it may own) for one pool; a
     ``Runner``.
@@ -37,10 +41,14 @@ class DaskRunner:
         An existing `distributed.Client` (not closed by the pool).
     address
         A scheduler address such as ``"tcp://10.0.0.5:8786"``; the pool opens (and closes) a client.
+    retries
+        How many times a call whose oracle copy was lost with a dead worker is sent again.
     """
 
-    def __init__(self, workers: int | None, client: Any = None, address: str | None = None) -> None:
+    def __init__(self, workers: int | None, client: Any = None, address: str | None = None,
+                 retries: int = 1) -> None:
         self._workers = workers
+        self.retries = retries
         self._address = address
         self._own_client = client is None
         self._cluster: Any = None
@@ -111,7 +119,20 @@ class DaskRunner:
 
     def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
             deadline: Deadline) -> RunResult:
-        """Solve ``weights`` in chunks; returns the states and what was measured."""
+        """Solve ``weights`` in chunks; returns the states and what was measured.
+
+        A call whose tasks were cancelled because a worker died with the oracle's copy ("lost
+        dependencies") is sent again, with the oracle scattered again, up to ``retries`` times.
+        """
+        for attempt in range(self.retries + 1):
+            try:
+                return self._run_once(entry, weights, bounds, deadline, retry=attempt < self.retries)
+            except _LostOracle:
+                self.client.wait_for_workers(1, timeout=60)  # workers restart after a crash
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _run_once(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
+                  deadline: Deadline, retry: bool) -> RunResult:
         client = self.client
         distributed = self._distributed
         if entry.dask_future is not None and entry.dask_future.status != "finished":
@@ -152,6 +173,8 @@ class DaskRunner:
             lost = [r for f, (a, b) in zip(futures, bounds) if f.status != "finished" for r in range(a, b)]
             client.cancel(futures)
             self.forget(entry)  # the next call scatters the oracle again
+            if retry and not isinstance(exc, distributed.KilledWorker) and not deadline.expired():
+                raise _LostOracle from None
             found = re.search(r"for reason: ([^.\n]+)", str(exc))
             why = found.group(1) if found else str(exc).strip().split("\n")[0][:200]
             raise WorkerCrashedError(

@@ -81,8 +81,9 @@ class SolverPool:
     min_speedup
         Predicted speedup the parallel path must reach to be chosen.
     retries
-        How many times a chunk lost to a dead worker process is resent before
-        [`WorkerCrashedError`][imle_solvers.errors.WorkerCrashedError] is raised.
+        How many times a chunk lost to a dead worker process (a Dask call whose oracle copy died with
+        a worker) is resent before [`WorkerCrashedError`][imle_solvers.errors.WorkerCrashedError] is
+        raised.
     start_method
         ``"forkserver"`` (default where available: one server process imports the library once, with
         one thread, and workers are forked from it, so a replacement starts in milliseconds) or
@@ -262,7 +263,8 @@ class SolverPool:
             elif self.backend == "dask":
                 from ._dask import DaskRunner
 
-                runner = DaskRunner(self.workers, client=self._client, address=self.dask_address)
+                runner = DaskRunner(self.workers, client=self._client, address=self.dask_address,
+                                    retries=self.retries)
             else:  # pragma: no cover - guarded by the callers
                 raise RuntimeError("the serial backend has no runner")
             self._holder[0] = runner

@@ -183,8 +183,8 @@ class ProcessFleet:
 
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=worker_main, args=(child, self.threads), daemon=True,
-                                name="imle-solvers-worker")
+        proc = self.ctx.Process(target=worker_main, args=(child, self.threads, os.getpid()),
+                                daemon=True, name="imle-solvers-worker")
         with _child_env(self.threads):
             proc.start()
         child.close()

@@ -258,19 +258,31 @@ def _own_process_group() -> bool:
     return True
 
 
-def _watch_parent(conn: Any, own_group: bool) -> None:
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (no such process, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _watch_parent(conn: Any, own_group: bool, caller: int) -> None:
     """Die with the caller: a daemon thread waits for the caller's end of the pipe to close.
 
     The caller is the only process holding that end, so a hang-up means that it exited or was killed
     (even by SIGKILL, which it cannot handle). The worker then kills its process group: itself and
-    every solver process it started, even while its main thread is stuck in a long solve. Linux
-    (``POLLRDHUP``); elsewhere a worker notices at its next ``recv``.
+    every solver process it started, even while its main thread is stuck in a long solve. If the
+    caller is gone and the worker was forked by the caller's ``forkserver``, it takes that along too
+    (the server would otherwise linger until its Python shut down). Linux (``POLLRDHUP``); elsewhere a
+    worker notices at its next ``recv``.
     """
     rdhup = getattr(select, "POLLRDHUP", None)
     if rdhup is None:  # pragma: no cover - not Linux
         return
     poller = select.poll()
     poller.register(conn.fileno(), rdhup)  # peer hang-up only: never consumes a message
+    server = os.getppid() if os.getppid() != caller else None  # forkserver start method
 
     def watch() -> None:
         while True:
@@ -280,6 +292,12 @@ def _watch_parent(conn: Any, own_group: bool) -> None:
                 continue
             if events:
                 break
+        for _ in range(50):  # a killed caller's pipe closes a moment before it turns zombie
+            if _gone(caller):
+                break
+            time.sleep(0.01)
+        if server is not None and os.getppid() == server and _gone(caller):
+            os.kill(server, signal.SIGKILL)  # the caller's forkserver: it has no one left to serve
         if own_group:
             os.killpg(os.getpid(), signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)  # pragma: no cover - without a group of its own
@@ -287,7 +305,7 @@ def _watch_parent(conn: Any, own_group: bool) -> None:
     threading.Thread(target=watch, name="imle-solvers-parent-watch", daemon=True).start()
 
 
-def worker_main(conn: Any, threads: int) -> None:
+def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
     """Main loop of a process worker (see ``_process.py`` for the message protocol).
 
     Messages in: ``("oracle", token, blob)``, ``("forget", token)``,
@@ -298,7 +316,7 @@ def worker_main(conn: Any, threads: int) -> None:
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business: it stops us
     own_group = _own_process_group()
-    _watch_parent(conn, own_group)
+    _watch_parent(conn, own_group, os.getppid() if caller is None else caller)
     pin_threads(threads)
     where = f"pool worker (pid {os.getpid()})"
     oracles: dict[int, MapOracle | ChunkFailure] = {}
