@@ -60,7 +60,8 @@ class MapOracle(abc.ABC):
         ``True`` declares that `solve` cannot crash or hang the calling process (pure Python/numpy/torch
         code, no native solver), so a ``backend="process"``
         [`SolverPool`][imle_solvers.pool.SolverPool] may solve small batches in the caller when that is
-        faster. ``False`` (the default) keeps every row of such a pool in its worker processes.
+        faster. ``False`` (the default) keeps every row of such a pool in its worker processes
+        (unless the pool was created with ``fallback=True``).
 
     Notes
     -----
