@@ -56,6 +56,12 @@ class MapOracle(abc.ABC):
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical state (``k`` for a k-subset, the mean path length, …) or ``None`` when
         unknown. [`SumOfGamma`][imle_solvers.SumOfGamma] with ``k=None`` uses it (Theorem 1).
+    in_process_safe
+        ``True`` declares that `solve` cannot crash or hang the calling process (pure Python/numpy/torch
+        code, no native solver), so a ``backend="process"``
+        [`SolverPool`][imle_solvers.pool.SolverPool] may solve small batches in the caller when that is
+        faster. ``False`` (the default) keeps every row of such a pool in its worker processes
+        (unless the pool was created with ``fallback=True``).
 
     Notes
     -----
@@ -69,6 +75,7 @@ class MapOracle(abc.ABC):
     sense: Sense = "max"
     n_vars: int
     expected_nonzeros: float | None = None
+    in_process_safe: bool = False
 
     @abc.abstractmethod
     def solve(self, weights: np.ndarray) -> np.ndarray:
@@ -156,7 +163,10 @@ class TorchOracle(MapOracle):
 
     Implement `solve_torch`; `solve` and `solve_batch` (numpy) are derived from it,
     so a ``TorchOracle`` also works anywhere a [`MapOracle`][imle_solvers.MapOracle] is expected.
+    It is ``in_process_safe``: pools solve it in the caller.
     """
+
+    in_process_safe: bool = True
 
     @abc.abstractmethod
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:

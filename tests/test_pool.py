@@ -23,9 +23,9 @@ from imle_solvers import (
     TopK,
     WorkerCrashedError,
 )
-from imle_solvers._pool_worker import RemoteTraceback
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
+from imle_solvers.pool._worker import RemoteTraceback
 from tests.test_pool_oracles import (
     FLAG,
     BrokenUnpickle,
@@ -351,7 +351,7 @@ def test_garbage_collected_pool_stops_its_workers() -> None:
 
 # --------------------------------------------------------------------------- the in-process fallback
 def test_fast_oracle_is_solved_in_process_without_starting_workers() -> None:
-    with SolverPool(2, "process") as pool:
+    with SolverPool(2, "process", fallback=True) as pool:  # any oracle may run in the caller
         oracle = Enum(STATES)
         w = batch(64)
         for _ in range(3):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
 import pytest
 
-from imle_solvers import InfeasibleError, SolverTimeoutError
+from imle_solvers import InfeasibleError, SolverTimeoutError, WorkerCrashedError
 from imle_solvers.pool import SolverPool
 from tests.test_pool_oracles import FLAG, Enum, Failing, Hang, k_subsets
 
@@ -80,6 +81,37 @@ def test_pool_owned_local_cluster_is_closed_with_the_pool() -> None:
     pool = SolverPool(2, backend="dask", fallback=False)
     w = batch(9)
     np.testing.assert_array_equal(pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
-    client = pool._res.dask.client
+    client = pool._holder[0].client  # type: ignore[union-attr]
     pool.close()
     assert client.status in ("closed", "closing")
+
+
+def test_lost_oracle_copy_gives_worker_crashed_then_is_sent_again(client: object) -> None:
+    """What a dying worker does to a call: its tasks and the scattered oracle are lost ("lost dependencies").
+
+    The cheap form, on threads; ``test_pool_guarantees.py`` kills a real worker process (slow).
+    """
+    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=0) as pool:
+        oracle = Hang(STATES, seconds=0.6)
+        pool.solve_batch(oracle, batch(4))
+        future = pool._entries[id(oracle)].dask_future
+        timer = threading.Timer(0.2, client.cancel, args=([future],), kwargs={"force": True})  # type: ignore[attr-defined]
+        timer.start()
+        with pytest.raises(WorkerCrashedError, match="sent again") as info:
+            pool.solve_batch(oracle, batch(4, flag_row=0))
+        assert 0 in info.value.rows
+        shipped = pool.stats["oracles_shipped"]
+        np.testing.assert_array_equal(pool.solve_batch(oracle, batch(4)), Enum(STATES).solve_batch(batch(4)))
+        assert pool.stats["oracles_shipped"] == shipped + 1
+
+
+def test_a_call_whose_oracle_copy_was_lost_is_sent_again(client: object) -> None:
+    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=1) as pool:
+        oracle = Hang(STATES, seconds=0.6)
+        pool.solve_batch(oracle, batch(4))
+        future = pool._entries[id(oracle)].dask_future
+        timer = threading.Timer(0.2, client.cancel, args=([future],), kwargs={"force": True})  # type: ignore[attr-defined]
+        timer.start()
+        w = batch(4, flag_row=0)
+        np.testing.assert_array_equal(pool.solve_batch(oracle, w), Enum(STATES).solve_batch(w))
+        assert pool.stats["oracles_shipped"] == 2

@@ -127,3 +127,59 @@ class ThreadReport(Enum):
         import torch
 
         raise ValueError(f"threads:{os.environ.get('OMP_NUM_THREADS')},{torch.get_num_threads()}")
+
+
+class SafeEnum(Enum):
+    """Declares itself safe to run in the caller (pure numpy)."""
+
+    in_process_safe = True
+
+
+class Exiter(Enum):
+    """Ends its process on the flagged row: ``os._exit(3)`` or a segmentation fault (reads address 0)."""
+
+    def __init__(self, states: np.ndarray, how: str = "exit") -> None:
+        super().__init__(states)
+        self.how = how
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if weights[0] == FLAG:
+            if self.how == "segfault":
+                import ctypes
+
+                ctypes.string_at(0)
+            os._exit(3)
+        return super().solve(weights)
+
+
+class Spawner(Enum):
+    """Starts a ``sleep`` child process (as solvers like CBC do) and writes its pid to ``marker``.
+
+    On the flagged row it then waits for the child ("a long solve"); otherwise it returns at once and
+    leaves the child running (a solver process that outlives the call).
+    """
+
+    def __init__(self, states: np.ndarray, marker: str) -> None:
+        super().__init__(states)
+        self.marker = marker
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "120"])
+        with open(self.marker + ".tmp", "w") as fh:
+            fh.write(f"{os.getpid()} {child.pid}")
+        os.replace(self.marker + ".tmp", self.marker)
+        if weights[0] == FLAG:
+            child.wait()
+        return super().solve(weights)
+
+
+class NestedPool(Enum):
+    """Opens a process pool inside its own solve (inside a pool worker: a daemonic process)."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        from imle_solvers.pool import SolverPool
+
+        with SolverPool(2, "process", fallback=False) as pool:
+            return pool.solve_batch(Enum(self.states), weights[None])[0]

@@ -33,6 +33,7 @@ class ClampedCosts(MapOracle):
         self.oracle, self.floor = oracle, float(floor)
         self.n_vars = oracle.n_vars
         self.expected_nonzeros = oracle.expected_nonzeros
+        self.in_process_safe = oracle.in_process_safe  # a wrapper: the inner oracle decides
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         return self.oracle.solve(np.maximum(weights, self.floor))

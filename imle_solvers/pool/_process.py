@@ -22,6 +22,8 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import pickle
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from ._pool_worker import THREAD_ENV_VARS, ChunkFailure, raise_failure, worker_main
-from .errors import SolverTimeoutError, WorkerCrashedError
+from ..errors import SolverTimeoutError, WorkerCrashedError
+from ._plan import Entry
+from ._runner import Deadline, RunResult
+from ._worker import THREAD_ENV_VARS, ChunkFailure, raise_failure, worker_main
 
 __all__ = ["ProcessFleet"]
 
@@ -73,16 +77,6 @@ class _Worker:
     busy_s: float = 0.0  # solve seconds reported during the current call
 
 
-@dataclasses.dataclass
-class RunResult:
-    """What one parallel call measured: per-worker solve seconds and the wall time."""
-
-    busy_s: list[float]
-    wall_s: float
-    solve_s: float
-    rows: int
-
-
 def _shutdown(workers: list[_Worker], grace: float) -> None:
     """Stop workers: ask politely, then terminate, then kill; close pipes. Safe to call twice."""
     for w in workers:
@@ -99,7 +93,16 @@ def _shutdown(workers: list[_Worker], grace: float) -> None:
 
 
 def _kill(w: _Worker) -> None:
-    """Kill one worker if it still runs, reap it, close its pipe and process handle."""
+    """Kill one worker and its solver children, reap it, close its pipe and process handle.
+
+    A worker leads its own process group (see ``_worker.py``), so ``killpg`` also ends the solver
+    processes it started (``cbc``…). The pid cannot name anyone else's group: Linux does not reuse a
+    pid while a process group of that number exists.
+    """
+    pid = w.process.pid
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         if w.process.is_alive():
             w.process.kill()
@@ -111,7 +114,8 @@ def _kill(w: _Worker) -> None:
 
 
 class ProcessFleet:
-    """``size`` persistent worker processes (see the module docstring).
+    """``size`` persistent worker processes (see the module docstring); a
+    ``Runner``.
 
     Parameters
     ----------
@@ -128,31 +132,59 @@ class ProcessFleet:
     """
 
     def __init__(self, size: int, start_method: str = "spawn", threads: int = 1, max_oracles: int = 16,
-                 startup_timeout: float = 120.0) -> None:
+                 startup_timeout: float = 120.0, retries: int = 1) -> None:
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
         self.size = size
         self.ctx: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":  # the server imports the worker module once; forks are then cheap
-            self.ctx.set_forkserver_preload(["imle_solvers._pool_worker"])  # type: ignore[attr-defined]
+            self.ctx.set_forkserver_preload(["imle_solvers.pool._worker"])  # type: ignore[attr-defined]
         self.threads = threads
         self.max_oracles = max_oracles
         self.startup_timeout = startup_timeout
+        self.retries = retries
         self.workers: list[_Worker] = []
         self.restarts = 0  # workers replaced after a crash or a time-out
         self.shipments = 0  # oracle blobs sent to workers
         self._call_id = 0
-        self._failed_starts = 0
+        self._ever_ready = False  # until one worker has started, start one at a time (a scout)
 
     # ------------------------------------------------------------------ lifecycle
     def pids(self) -> list[int]:
         """Pids of the live worker processes."""
         return [w.process.pid for w in self.workers if w.process.pid is not None]
 
+    def n_workers(self) -> int:
+        """Worker processes (each solves one chunk at a time)."""
+        return self.size
+
+    def counters(self) -> dict[str, int]:
+        """Workers replaced and oracle blobs sent."""
+        return {"worker_restarts": self.restarts, "oracles_shipped": self.shipments}
+
+    def active(self) -> bool:
+        """Whether worker processes are running."""
+        return bool(self.workers)
+
+    def prepare(self, entry: Entry, oracle: object) -> None:
+        """Pickle the oracle once, when the pool first sees it, so that an unpicklable one fails at once."""
+        try:
+            entry.blob = pickle.dumps(oracle, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            raise TypeError(
+                f"{type(oracle).__name__} cannot be sent to worker processes: it does not pickle ({exc}). "
+                "Make it picklable (module-level functions instead of lambdas, drop locks/solver handles in "
+                "__getstate__ and rebuild them lazily), or use SolverPool(backend='thread') or "
+                "backend='serial'."
+            ) from exc
+
+    def forget(self, entry: Entry) -> None:
+        """Nothing to do: workers drop old oracles themselves (least recently used first)."""
+
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=worker_main, args=(child, self.threads), daemon=True,
-                                name="imle-solvers-worker")
+        proc = self.ctx.Process(target=worker_main, args=(child, self.threads, os.getpid()),
+                                daemon=True, name="imle-solvers-worker")
         with _child_env(self.threads):
             proc.start()
         child.close()
@@ -161,29 +193,42 @@ class ProcessFleet:
         return worker
 
     def start(self) -> None:
-        """Start missing workers (returns at once; they import in the background)."""
+        """Start the workers and wait until they are ready."""
+        self.wait_ready()
+
+    def spawn_missing(self) -> None:
+        """Start missing workers (returns at once; they import in the background).
+
+        Until a first worker has reported ready, only that one is started: a worker that cannot start
+        prints its traceback once, not once per worker and retry.
+        """
         for w in [w for w in self.workers if not w.process.is_alive()]:
             self._discard(w)  # died between calls
             self.restarts += 1
-        while len(self.workers) < self.size:
+        target = self.size if self._ever_ready else 1
+        while len(self.workers) < target:
             self._spawn()
 
     def wait_ready(self) -> None:
-        """Block until every live worker has reported ready (or raise if they cannot start)."""
-        self.start()
+        """Block until every live worker has reported ready (or raise if one cannot start)."""
+        self.spawn_missing()
         end = time.monotonic() + self.startup_timeout
-        while not all(w.ready for w in self.workers):
+        while len(self.workers) < self.size or not all(w.ready for w in self.workers):
             remaining = end - time.monotonic()
             if remaining <= 0:
                 raise WorkerCrashedError(f"pool workers did not start within {self.startup_timeout:.0f} s")
             for w in self._pump(mp_wait(self._waitables(), timeout=min(remaining, 0.5)), -1, None):
                 self._replace(w)
-            if self._failed_starts >= 2 * self.size:
-                raise WorkerCrashedError(
-                    "pool workers die while starting: a script that creates a process pool at import "
-                    "time needs the `if __name__ == '__main__':` guard; also check that your oracle's "
-                    "module imports in a fresh interpreter (or use backend='thread')")
-            self.start()
+            self.spawn_missing()
+
+    def _start_failed(self, w: _Worker, rows: list[int]) -> None:
+        code = w.process.exitcode
+        self._discard(w)
+        raise WorkerCrashedError(
+            f"a pool worker died while starting (exit code {code}; its own traceback, if any, is printed "
+            "above). A script that creates a process pool at import time needs the "
+            "`if __name__ == '__main__':` guard; the main module must import in a fresh interpreter. "
+            "Or use backend='thread'", rows=rows)
 
     def close(self, grace: float = 1.0) -> None:
         """Stop every worker (idempotent)."""
@@ -198,9 +243,9 @@ class ProcessFleet:
             self.workers.remove(w)
         _kill(w)
 
-    def _replace(self, w: _Worker) -> None:
-        if not w.ready:
-            self._failed_starts += 1
+    def _replace(self, w: _Worker, rows: list[int] | None = None) -> None:
+        if not w.ready:  # no retry: it would print the same traceback again
+            self._start_failed(w, rows or [])
         self._discard(w)
         self.restarts += 1
         self._spawn()
@@ -244,7 +289,7 @@ class ProcessFleet:
         kind = msg[0]
         if kind == "ready":
             w.ready, w.pid = True, msg[1]
-            self._failed_starts = 0
+            self._ever_ready = True
             return
         job, w.job = w.job, None
         if job is None or job[0] != call_id or on_done is None:
@@ -263,8 +308,8 @@ class ProcessFleet:
             w.conn.send(("forget", old))
 
     # ------------------------------------------------------------------ one call
-    def run(self, token: int, blob: bytes, weights: np.ndarray, bounds: list[tuple[int, int]],
-            timeout: float | None, retries: int = 1) -> tuple[np.ndarray, RunResult]:
+    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
+            deadline: Deadline) -> RunResult:
         """Solve ``weights`` (validated, ``(N, m)``) in the given row chunks; rows come back in order.
 
         Raises
@@ -272,13 +317,15 @@ class ProcessFleet:
         WorkerCrashedError
             A worker died with a chunk that was already retried ``retries`` times.
         SolverTimeoutError
-            The call exceeded ``timeout`` seconds; workers busy with this call are killed and replaced.
+            The call exceeded its deadline; workers busy with this call are killed and replaced.
         """
+        token, blob, retries = entry.token, entry.blob, self.retries
+        assert blob is not None, "prepare() was not called for this oracle"
+        shipped = self.shipments
         self.wait_ready()  # start-up time is not part of the call's time-out
         self._call_id += 1
         call_id = self._call_id
         t0 = time.perf_counter()
-        deadline = None if timeout is None else time.monotonic() + timeout
         out = np.empty(weights.shape, dtype=np.float64)
         pending = collections.deque(_Chunk(i, a, b) for i, (a, b) in enumerate(bounds))
         left = len(pending)
@@ -309,9 +356,9 @@ class ProcessFleet:
                             continue
                         chunk.attempts += 1
                         w.job = (call_id, chunk)
-                wait_s = None if deadline is None else deadline - time.monotonic()
+                wait_s = deadline.remaining()
                 if wait_s is not None and wait_s <= 0:
-                    self._time_out(call_id, timeout, pending)
+                    self._time_out(call_id, deadline, pending)
                 # bounded waits: a Ctrl-C handled by another thread is seen within 0.5 s
                 ready = mp_wait(self._waitables(), timeout=0.5 if wait_s is None else min(wait_s, 0.5))
                 dead = self._pump(ready, call_id, on_done)
@@ -320,7 +367,7 @@ class ProcessFleet:
                 for w in dead:
                     lost = w.job[1] if w.job is not None and w.job[0] == call_id else None
                     code = w.process.exitcode
-                    self._replace(w)
+                    self._replace(w, _rows_of(pending) + _rows_of([lost] if lost else []))
                     if lost is None:
                         continue
                     if lost.attempts > retries:
@@ -329,26 +376,24 @@ class ProcessFleet:
                             f"{' (after a retry)' if retries else ''}; it has been replaced",
                             rows=range(lost.start, lost.stop))
                     pending.appendleft(lost)
-                starving = not any(w.ready for w in self.workers) and pending
-                if starving and self._failed_starts >= 2 * self.size:
-                    raise WorkerCrashedError("pool workers die while starting", rows=_rows_of(pending))
         except Exception:
             raise
         except BaseException:  # KeyboardInterrupt / SystemExit: leave no child behind
             self.kill_all()
             raise
         busy = [w.busy_s for w in self.workers]
-        return out, RunResult(busy, time.perf_counter() - t0, float(sum(busy)), weights.shape[0])
+        return RunResult(states=out, solve_s=float(sum(busy)), slowest_s=max(busy, default=0.0),
+                         wall_s=time.perf_counter() - t0, first_use=self.shipments != shipped)
 
-    def _time_out(self, call_id: int, timeout: float | None, pending: collections.deque[_Chunk]) -> None:
+    def _time_out(self, call_id: int, deadline: Deadline, pending: collections.deque[_Chunk]) -> None:
         stuck = [w for w in self.workers if w.job is not None and w.job[0] == call_id]
         rows = _rows_of([w.job[1] for w in stuck if w.job is not None]) + _rows_of(pending)
         for w in stuck:
             self._discard(w)
             self.restarts += 1
-        self.start()  # replacements import in the background
+        self.spawn_missing()  # replacements import in the background
         raise SolverTimeoutError(
-            f"pool call exceeded timeout={timeout} s; {len(stuck)} busy worker(s) killed and replaced "
+            f"pool call exceeded {deadline.describe()}; {len(stuck)} busy worker(s) killed and replaced "
             f"({len(rows)} rows unfinished)", rows=sorted(rows))
 
 

@@ -14,15 +14,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import select
 import signal
+import threading
 import time
 import traceback
 from typing import Any, NoReturn
 
 import numpy as np
 
-from .errors import ImleSolversError
-from .oracle import MapOracle
+from ..errors import ImleSolversError, SolverTimeoutError
+from ..oracle import MapOracle
+from ._runner import Deadline
 
 __all__ = [
     "ChunkError",
@@ -107,7 +110,7 @@ def _failure(exc: BaseException, rows: tuple[int, ...], where: str) -> ChunkFail
 
 
 def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str = "in-process",
-                deadline: float | None = None) -> tuple[np.ndarray, float]:
+                deadline: Deadline | None = None) -> tuple[np.ndarray, float]:
     """Solve already-validated rows ``start … start + n − 1`` of a batch.
 
     Parameters
@@ -121,7 +124,7 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
     where
         Where this runs, for error messages.
     deadline
-        ``time.perf_counter()`` value after which no new row is started (a soft limit: checked
+        The call's time limit, after which no new row is started (a soft limit: checked
         between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted
         rows).
 
@@ -140,10 +143,9 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
     if _uses_default_batch(oracle):
         out = np.empty(weights.shape, dtype=np.float64)  # z_i = MAP(w_i)   [n, m]
         for i in range(n):
-            if deadline is not None and time.perf_counter() > deadline:
-                from .errors import SolverTimeoutError
-
-                exc = SolverTimeoutError("pool call timed out before these rows were started",
+            if deadline is not None and deadline.expired():
+                exc = SolverTimeoutError(f"pool call exceeded {deadline.describe()} before these rows were "
+                                         "started",
                                          rows=range(start + i, start + n))
                 raise ChunkError(_failure(exc, exc.rows, where), exc)
             try:
@@ -243,8 +245,68 @@ def pin_threads(threads: int) -> None:
         pass
 
 
-def worker_main(conn: Any, threads: int) -> None:
-    """Main loop of a process worker (see ``_pool_process.py`` for the message protocol).
+def _own_process_group() -> bool:
+    """Make this worker the leader of a new session and process group (its solver children join it).
+
+    The caller then stops a worker with ``killpg``, which takes any ``cbc``-like child process
+    along, and a terminal's Ctrl-C reaches the caller only.
+    """
+    try:
+        os.setsid()
+    except OSError:  # pragma: no cover - already a group leader
+        return os.getpgid(0) == os.getpid()
+    return True
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (no such process, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _watch_parent(conn: Any, own_group: bool, caller: int) -> None:
+    """Die with the caller: a daemon thread waits for the caller's end of the pipe to close.
+
+    The caller is the only process holding that end, so a hang-up means that it exited or was killed
+    (even by SIGKILL, which it cannot handle). The worker then kills its process group: itself and
+    every solver process it started, even while its main thread is stuck in a long solve. If the
+    caller is gone and the worker was forked by the caller's ``forkserver``, it takes that along too
+    (the server would otherwise linger until its Python shut down). Linux (``POLLRDHUP``); elsewhere a
+    worker notices at its next ``recv``.
+    """
+    rdhup = getattr(select, "POLLRDHUP", None)
+    if rdhup is None:  # pragma: no cover - not Linux
+        return
+    poller = select.poll()
+    poller.register(conn.fileno(), rdhup)  # peer hang-up only: never consumes a message
+    server = os.getppid() if os.getppid() != caller else None  # forkserver start method
+
+    def watch() -> None:
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover - retried by Python itself
+                continue
+            if events:
+                break
+        for _ in range(50):  # a killed caller's pipe closes a moment before it turns zombie
+            if _gone(caller):
+                break
+            time.sleep(0.01)
+        if server is not None and os.getppid() == server and _gone(caller):
+            os.kill(server, signal.SIGKILL)  # the caller's forkserver: it has no one left to serve
+        if own_group:
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)  # pragma: no cover - without a group of its own
+
+    threading.Thread(target=watch, name="imle-solvers-parent-watch", daemon=True).start()
+
+
+def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
+    """Main loop of a process worker (see ``_process.py`` for the message protocol).
 
     Messages in: ``("oracle", token, blob)``, ``("forget", token)``,
     ``("solve", call_id, chunk_id, token, start, weights)``, ``("stop",)``.
@@ -253,6 +315,8 @@ def worker_main(conn: Any, threads: int) -> None:
     The loop ends on ``stop`` or when the parent's end of the pipe closes (the parent died).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business: it stops us
+    own_group = _own_process_group()
+    _watch_parent(conn, own_group, os.getppid() if caller is None else caller)
     pin_threads(threads)
     where = f"pool worker (pid {os.getpid()})"
     oracles: dict[int, MapOracle | ChunkFailure] = {}

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import ImleSolversError, InvalidWeightsError
-from .oracle import MapOracle, check_oracle
+from ..errors import ImleSolversError, InvalidWeightsError
+from ..oracle import MapOracle, check_oracle
 
 if TYPE_CHECKING:
-    from .oracle import BatchSolver
+    from ..oracle import BatchSolver
 
 __all__ = ["SolutionCache"]
 
@@ -44,6 +44,10 @@ class SolutionCache(MapOracle):
 
     Attributes
     ----------
+    oracle
+        The inner oracle. Assigning another one empties the cache (its states may not be feasible,
+        or not optimal, for the new one) and takes over its ``sense``, ``n_vars``,
+        ``expected_nonzeros`` and ``in_process_safe``.
     hits, misses
         Rows answered from the cache and rows sent to the solver.
     """
@@ -55,19 +59,34 @@ class SolutionCache(MapOracle):
             raise ValueError(f"p must be in [0, 1], got {p}")
         if int(max_size) != max_size or max_size < 1:
             raise ValueError(f"max_size must be a positive integer, got {max_size}")
-        self.oracle = oracle
         self.p = float(p)
         self.max_size = int(max_size)
         self.pool = pool
+        self._rng = np.random.default_rng(seed)
+        self.oracle = oracle  # sets sense, n_vars, … and an empty cache
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def oracle(self) -> MapOracle:
+        """The inner oracle (assigning one empties the cache)."""
+        return self._oracle
+
+    @oracle.setter
+    def oracle(self, oracle: MapOracle) -> None:
+        check_oracle(oracle)
+        self._oracle = oracle
         self.sense = oracle.sense
         self.n_vars = oracle.n_vars
         self.expected_nonzeros = oracle.expected_nonzeros
-        self._rng = np.random.default_rng(seed)
+        self.in_process_safe = oracle.in_process_safe  # the lookups are numpy: the inner oracle decides
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget every cached state (``hits`` and ``misses`` keep counting)."""
         self._states = np.empty((0, self.n_vars), dtype=np.float64)  # cached states   [K, m]
         self._keys: dict[bytes, int] = {}  # state bytes -> slot
         self._next = 0  # slot replaced next once full (oldest first)
-        self.hits = 0
-        self.misses = 0
 
     @property
     def size(self) -> int:

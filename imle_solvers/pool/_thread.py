@@ -1,0 +1,146 @@
+"""The thread backend of [`SolverPool`][imle_solvers.pool.SolverPool]: chunks on a pool of threads.
+
+For solvers that release the GIL (C/C++ solvers, ``time.sleep``) or oracles that cannot be pickled.
+Threads share the caller's memory: no isolation from a crashing solver, and a solve that is already
+running cannot be stopped (it finishes in the background after a time-out or Ctrl-C). The threads are
+daemon threads, so such an abandoned solve never keeps the interpreter from exiting (the standard
+``ThreadPoolExecutor`` joins its threads at exit: Ctrl-C would raise, then wait for the solve).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..errors import SolverTimeoutError
+from ._plan import Entry
+from ._runner import Deadline, RunResult
+from ._worker import ChunkError, raise_failure, solve_chunk
+
+__all__ = ["ThreadRunner"]
+
+
+class _DaemonThreads:
+    """A fixed set of daemon threads taking ``(future, fn, args)`` from one queue."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any],
+                                             tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._loop, name=f"imle-solvers-{i}", daemon=True)
+                         for i in range(size)]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():  # cancelled while queued
+                continue
+            try:
+                result = fn(*args)
+            except BaseException as exc:  # handed to the caller through the future
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del item, future, fn, args  # hold no oracle or batch between tasks
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._queue.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Let every thread end after its current task (queued tasks should be cancelled first)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+class ThreadRunner:
+    """``size`` threads that solve one chunk each at a time (see ``Runner``)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._executor: _DaemonThreads | None = None
+
+    def _pool(self) -> _DaemonThreads:
+        if self._executor is None:
+            self._executor = _DaemonThreads(self.size)
+        return self._executor
+
+    def start(self) -> None:
+        self._pool()
+
+    def n_workers(self) -> int:
+        return self.size
+
+    def prepare(self, entry: Entry, oracle: object) -> None:
+        pass
+
+    def forget(self, entry: Entry) -> None:
+        pass
+
+    def pids(self) -> list[int]:
+        return []
+
+    def counters(self) -> dict[str, int]:
+        return {"worker_restarts": 0, "oracles_shipped": 0}
+
+    def active(self) -> bool:
+        return self._executor is not None
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown()
+            self._executor = None
+
+    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
+            deadline: Deadline) -> RunResult:
+        oracle = entry.ref()
+        executor = self._pool()
+        t0 = time.perf_counter()
+        futures: dict[concurrent.futures.Future[Any], tuple[int, int]] = {
+            executor.submit(solve_chunk, oracle, weights[a:b], a, "thread", deadline): (a, b)
+            for a, b in bounds
+        }
+        try:
+            done, not_done = concurrent.futures.wait(futures, timeout=deadline.remaining(),
+                                                     return_when=concurrent.futures.FIRST_EXCEPTION)
+        except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are abandoned
+            for f in futures:
+                f.cancel()
+            self.close()
+            raise
+        failed = [f for f in done if f.exception() is not None]
+        if failed:
+            for f in not_done:
+                f.cancel()
+            first = min(failed, key=lambda f: futures[f][0])
+            exc = first.exception()
+            if isinstance(exc, ChunkError):
+                raise_failure(exc.failure, live=exc.original)
+            raise exc  # type: ignore[misc]
+        if not_done:
+            for f in not_done:
+                f.cancel()
+            rows = [r for f in not_done for r in range(*futures[f])]
+            # threads cannot be killed: a solve already running finishes in the background
+            self.close()
+            raise SolverTimeoutError(
+                f"pool call exceeded {deadline.describe()} ({len(rows)} rows unfinished)", rows=rows)
+        out = np.empty(weights.shape, dtype=np.float64)
+        seconds = 0.0
+        for f, (a, b) in futures.items():
+            states, secs = f.result()
+            out[a:b] = states
+            seconds += secs
+        return RunResult(states=out, solve_s=seconds, slowest_s=seconds / min(self.size, len(bounds)),
+                         wall_s=time.perf_counter() - t0, first_use=False)
