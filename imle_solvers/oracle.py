@@ -18,6 +18,7 @@ own sense; all I-MLE arithmetic is done in θ-space by `map_solve`.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 from .errors import ImleSolversError, InvalidWeightsError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
 
 __all__ = [
     "BatchSolver",
@@ -172,6 +173,53 @@ class TorchOracle(MapOracle):
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
         """Solve ``(..., m)`` weights (oracle sense) into ``(..., m)`` states, same device and dtype."""
 
+    @staticmethod
+    def from_function(
+        fn: Callable[[torch.Tensor], torch.Tensor],
+        n_vars: int,
+        *,
+        sense: Sense = "max",
+        expected_nonzeros: float | None = None,
+        name: str | None = None,
+    ) -> TorchOracle:
+        """Wrap a batched torch function ``(..., m) -> (..., m)`` as a `TorchOracle`, with no subclass.
+
+        For users who already have a MAP routine in torch (a top-k, an argmax, a batched dynamic
+        programme), as torch-imle's ``@imle`` decorator takes one.
+
+        Parameters
+        ----------
+        fn
+            Batched MAP: weights ``(..., m)`` in ``sense`` → states ``(..., m)`` on the same device.
+            It must not modify its input.
+        n_vars
+            m, the length of a weight vector.
+        sense
+            ``"max"`` (``fn`` maximises ``⟨z, w⟩``) or ``"min"``.
+        expected_nonzeros
+            ``⟨z, 1⟩`` of a typical state, for ``SumOfGamma(k=None)``.
+        name
+            Shown in ``repr`` (default: ``fn.__name__``).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from imle_solvers import IMLE, TorchOracle
+        >>> argmax = TorchOracle.from_function(
+        ...     lambda w: torch.nn.functional.one_hot(w.argmax(-1), w.shape[-1]).to(w.dtype), n_vars=4,
+        ...     expected_nonzeros=1)
+        >>> IMLE(argmax)(torch.tensor([[0.1, 3.0, 0.2, 0.0]])).tolist()
+        [[0.0, 1.0, 0.0, 0.0]]
+        """
+        if int(n_vars) != n_vars or n_vars < 1:
+            raise ValueError(f"n_vars must be a positive integer, got {n_vars!r}")
+        if sense not in ("max", "min"):
+            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        return _FunctionOracle(fn, int(n_vars), sense, expected_nonzeros, name)
+
+
     def solve(self, weights: np.ndarray) -> np.ndarray:
         """Solve one ``(m,)`` numpy instance through `solve_torch`."""
         return self.solve_batch(np.asarray(weights)[None])[0]
@@ -182,6 +230,36 @@ class TorchOracle(MapOracle):
         if arr.ndim != 2:
             raise InvalidWeightsError(f"solve_batch expects a (B, {self.n_vars}) array, got {arr.shape}")
         return self.solve_torch(torch.from_numpy(arr)).numpy().astype(np.float64, copy=False)
+
+
+class _FunctionOracle(TorchOracle):
+    """A [`TorchOracle`][imle_solvers.TorchOracle] around a batched torch function."""
+
+    def __init__(
+        self,
+        fn: Callable[[torch.Tensor], torch.Tensor],
+        n_vars: int,
+        sense: Sense,
+        expected_nonzeros: float | None,
+        name: str | None,
+    ) -> None:
+        self.fn = fn
+        self.n_vars = n_vars
+        self.sense = sense
+        self.expected_nonzeros = None if expected_nonzeros is None else float(expected_nonzeros)
+        self.name = name or getattr(fn, "__name__", "fn")
+
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        states = self.fn(weights)
+        if not isinstance(states, torch.Tensor) or states.shape != weights.shape:
+            raise InvalidWeightsError(
+                f"{self.name} must return a tensor of the weights' shape {tuple(weights.shape)}, got "
+                f"{getattr(states, 'shape', type(states).__name__)}"
+            )
+        return states.to(weights.dtype)
+
+    def __repr__(self) -> str:
+        return f"TorchOracle.from_function({self.name}, n_vars={self.n_vars}, sense={self.sense!r})"
 
 
 class BatchSolver(Protocol):

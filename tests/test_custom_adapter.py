@@ -81,3 +81,19 @@ def test_imle_trains_it(Assignment: Any) -> None:
     # the default noise (SumOfGamma with k from expected_nonzeros) runs forward and backward too
     sampled = IMLE(oracle, samples=3)(costs.detach().requires_grad_(True))
     assert sampled.shape == (2, 3, 16) and torch.all(sampled.sum(-1) == 4)
+
+
+def test_the_adapter_keeps_the_contract(Assignment: Any) -> None:
+    from imle_solvers.testing import assert_oracle_contract
+
+    perms = [np.eye(3)[list(p)].ravel() for p in itertools.permutations(range(3))]
+    assert_oracle_contract(Assignment(3), states=perms)
+
+
+def test_the_page_code_blocks_after_the_adapter_run(Assignment: Any) -> None:
+    text = PAGE.read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Test it against"):], flags=re.S)
+    namespace: dict[str, Any] = {"Assignment": Assignment, "np": np}
+    for block in blocks[:2]:  # the contract check and the from_function example
+        exec(compile(block, str(PAGE), "exec"), namespace)
+    assert namespace["z"].shape == (32, 10)

@@ -1,0 +1,156 @@
+"""Checks for adapter authors: does an oracle keep the [`MapOracle`][imle_solvers.MapOracle] contract?
+
+```python
+from imle_solvers.testing import assert_oracle_contract
+
+assert_oracle_contract(MyOracle(...), states=all_feasible_states)   # in your test suite
+```
+
+The contract (paper, eq. 3 and Example 3): ``solve`` returns a best state of ``C`` for *any* finite
+weights, negative ones included, in the oracle's ``sense``; ``solve_batch`` agrees with ``solve`` row by
+row; ties are broken deterministically; the input is never modified; NaN/inf weights and a wrong
+length raise [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] naming the row; a
+[`TorchOracle`][imle_solvers.TorchOracle] gives the same states through ``solve_torch`` and keeps the
+weights' dtype.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from .errors import InvalidWeightsError
+from .oracle import MapOracle, TorchOracle
+
+__all__ = ["assert_oracle_contract"]
+
+
+def _fail(oracle: MapOracle, what: str) -> AssertionError:
+    return AssertionError(f"{oracle!r} breaks the MapOracle contract: {what}")
+
+
+def assert_oracle_contract(
+    oracle: MapOracle,
+    *,
+    states: Sequence[Sequence[float]] | np.ndarray | None = None,
+    brute_force: Callable[[np.ndarray], float] | None = None,
+    weights: np.ndarray | None = None,
+    n_checks: int = 20,
+    scales: Sequence[float] = (1e-3, 1.0, 1e3),
+    picklable: bool = True,
+    seed: int = 0,
+    atol: float = 1e-6,
+) -> None:
+    """Raise ``AssertionError`` naming the first broken promise of the oracle contract.
+
+    Parameters
+    ----------
+    oracle
+        The oracle under test.
+    states
+        All feasible states (small instances): each returned state must be one of them and be optimal
+        among them in the oracle's sense.
+    brute_force
+        Alternatively, ``weights -> optimal objective value`` (in the oracle's sense).
+    weights
+        ``(B, m)`` weights to check; default ``n_checks`` standard normal rows times each of ``scales``
+        (negative weights included, as perturbations produce them).
+    n_checks
+        Random rows per scale when ``weights`` is not given.
+    scales
+        Magnitudes of the random weights.
+    picklable
+        Also check that a pickled copy gives the same states (needed by process pools).
+    seed
+        Seed of the random weights.
+    atol
+        Tolerance on objective values (relative to the weights' magnitude).
+    """
+    if not isinstance(oracle, MapOracle):
+        raise AssertionError(f"{oracle!r} is not a MapOracle")
+    if oracle.sense not in ("max", "min"):
+        raise _fail(oracle, f"sense must be 'max' or 'min', got {oracle.sense!r}")
+    m = oracle.n_vars
+    if not isinstance(m, (int, np.integer)) or m < 1:
+        raise _fail(oracle, f"n_vars must be a positive integer, got {m!r}")
+    if weights is None:
+        rng = np.random.default_rng(seed)
+        weights = np.concatenate([scale * rng.standard_normal((n_checks, m)) for scale in scales])
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim != 2 or weights.shape[1] != m:
+        raise ValueError(f"weights must have shape (B, {m}), got {weights.shape}")
+    feasible = None if states is None else np.asarray(states, dtype=np.float64)
+
+    original = weights.copy()
+    batch = np.asarray(oracle.solve_batch(weights))
+    if not np.array_equal(weights, original):
+        raise _fail(oracle, "solve_batch modified its input")
+    if batch.shape != weights.shape:
+        raise _fail(oracle, f"solve_batch returned shape {batch.shape} for weights {weights.shape}")
+    if not np.isfinite(batch).all():
+        raise _fail(oracle, "solve_batch returned non-finite states")
+    sign = 1.0 if oracle.sense == "max" else -1.0
+    for i, w in enumerate(weights):
+        row = w.copy()
+        z = np.asarray(oracle.solve(row))
+        if not np.array_equal(row, w):
+            raise _fail(oracle, f"solve modified its input (row {i})")
+        if z.shape != (m,):
+            raise _fail(oracle, f"solve returned shape {z.shape}, expected ({m},)")
+        again = np.asarray(oracle.solve(w.copy()))
+        if not np.array_equal(z, again):
+            raise _fail(oracle, f"solve is not deterministic (row {i})")
+        if not np.array_equal(z, batch[i]):
+            raise _fail(oracle, f"solve_batch row {i} differs from solve")
+        tol = atol * max(1.0, float(np.abs(w).sum()))
+        if feasible is not None:
+            if not (np.abs(feasible - z).max(axis=1) < 1e-9).any():
+                raise _fail(oracle, f"row {i}: the returned state is not among the feasible states")
+            best = float((sign * feasible @ w).max())
+            if sign * float(z @ w) < best - tol:
+                raise _fail(oracle, f"row {i}: objective {float(z @ w):.6g}, optimum {sign * best:.6g}")
+        if brute_force is not None:
+            optimum = float(brute_force(w.copy()))
+            if abs(float(z @ w) - optimum) > tol:
+                raise _fail(oracle, f"row {i}: objective {float(z @ w):.6g}, brute force {optimum:.6g}")
+
+    bad = weights[:3].copy()
+    bad[1, 0] = np.nan
+    try:
+        oracle.solve_batch(bad)
+    except InvalidWeightsError as err:
+        if 1 not in err.rows:
+            raise _fail(oracle, f"a NaN in row 1 raised InvalidWeightsError naming rows {err.rows}") from None
+    else:
+        raise _fail(oracle, "a NaN weight did not raise InvalidWeightsError")
+    try:
+        oracle.solve_batch(np.zeros((2, m + 1)))
+    except InvalidWeightsError:
+        pass
+    else:
+        raise _fail(oracle, f"weights of length {m + 1} did not raise InvalidWeightsError")
+
+    if isinstance(oracle, TorchOracle):
+        for dtype in (torch.float32, torch.float64):
+            tw = torch.as_tensor(weights, dtype=dtype)
+            before = tw.clone()
+            tz = oracle.solve_torch(tw)
+            if not torch.equal(tw, before):
+                raise _fail(oracle, "solve_torch modified its input")
+            if tz.dtype != dtype or tz.shape != tw.shape:
+                got, given = f"{tz.dtype} {tuple(tz.shape)}", f"{dtype} {tuple(tw.shape)}"
+                raise _fail(oracle, f"solve_torch returned {got} for {given}")
+        z64 = oracle.solve_torch(torch.as_tensor(weights)).numpy()
+        if not np.array_equal(z64, batch):
+            raise _fail(oracle, "solve_torch and solve_batch disagree")
+    if picklable:
+        try:
+            copy = pickle.loads(pickle.dumps(oracle))
+        except Exception as exc:  # any pickling failure is the finding
+            raise _fail(oracle, f"it does not pickle ({type(exc).__name__}: {exc}); pass picklable=False "
+                                "if it is only used in-process or on threads") from exc
+        if not np.array_equal(np.asarray(copy.solve_batch(weights)), batch):
+            raise _fail(oracle, "a pickled copy gives other states")
