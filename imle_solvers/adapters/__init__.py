@@ -5,7 +5,7 @@ installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] na
 
 * ``cpsat.py``  — [`CPSATOracle`][imle_solvers.CPSATOracle] (OR-Tools CP-SAT, extra ``cpsat``)
 * ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``)
-* ``graphs.py`` — [`ShortestPath`][imle_solvers.ShortestPath],
+* ``graphs/`` — [`ShortestPath`][imle_solvers.ShortestPath],
 [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
   [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
 * ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native (torch)
