@@ -27,6 +27,8 @@ _LAZY: dict[str, str] = {
     "GridShortestPath": ".graphs",
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
+    "TorchGridShortestPath": ".graphs",
+    "TorchKnapsack": ".knapsack",
     "DAGShortestPath": ".dag",
     "ClampedCosts": ".clamp",
 }
@@ -41,5 +43,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .clamp import ClampedCosts  # noqa: F401
     from .cpsat import CPSATOracle  # noqa: F401
     from .dag import DAGShortestPath  # noqa: F401
-    from .graphs import GridShortestPath, Matching, ShortestPath, SpanningTree  # noqa: F401
+    from .graphs import (  # noqa: F401
+        GridShortestPath,
+        Matching,
+        ShortestPath,
+        SpanningTree,
+        TorchGridShortestPath,
+    )
+    from .knapsack import TorchKnapsack  # noqa: F401
     from .pulp import PulpOracle  # noqa: F401

@@ -25,9 +25,9 @@ One module per problem: ``shortest_path.py``, ``grid.py`` (host and device-nativ
 
 from __future__ import annotations
 
-from .grid import GridShortestPath
+from .grid import GridShortestPath, TorchGridShortestPath
 from .matching import Matching
 from .shortest_path import ShortestPath
 from .spanning_tree import SpanningTree
 
-__all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree"]
+__all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree", "TorchGridShortestPath"]

@@ -36,8 +36,33 @@ def _check_graph(graph: Any, who: str, *, undirected: bool = False) -> None:
         raise ValueError(f"{who} needs a graph with at least one edge (a weight vector of length ≥ 1)")
 
 
+#: weights up to 2^_SAFE_EXP (≈ 1.3e154) cannot overflow any sum of ≤ 2^400 of them
+_SAFE_EXP = 512
+#: rows beyond that are scaled by a power of two so that their largest |weight| is at most 2^_SCALED_EXP
+_SCALED_EXP = 600
+
+
+def _scale_rows(w: np.ndarray) -> np.ndarray:
+    """Divide each row whose largest ``|w|`` exceeds ``2^512`` by a power of two (exact) to bring it to
+    ``≤ 2^600``: no sum a graph algorithm forms can overflow, and the argmax / argmin of every problem
+    here is invariant under a positive scale. Weights ``2^−400`` times smaller than the row's largest
+    may become subnormal or 0 (their ties with 0 are then decided as for 0).  [..., m]
+    """
+    peak = np.abs(w).max(axis=-1, keepdims=True) if w.size else np.zeros(w.shape[:-1] + (1,))
+    _, exp = np.frexp(peak)  # peak = mantissa · 2^exp
+    shift = np.maximum(exp - _SCALED_EXP, 0)  # [..., 1]
+    return np.ldexp(w, -shift) if shift.any() else w
+
+
 class _GraphOracle(MapOracle):
-    """Shared plumbing: validate each batch once, solve rows via `_solve`, pickle without scratch."""
+    """Shared plumbing: validate each batch once, solve rows via `_solve`, pickle without scratch.
+
+    Weights so large that sums of them could overflow (beyond ``2^512 ≈ 1.3e154``) are scaled down by
+    an exact power of two per row first (`_scale_rows`), when the oracle's `_scale_invariant`.
+    """
+
+    in_process_safe = True  # SciPy / NetworkX in the caller's process: no crash-prone native solver
+    _scale_invariant = True
 
     def __init__(self) -> None:
         self._local = threading.local()
@@ -49,10 +74,14 @@ class _GraphOracle(MapOracle):
         """Solve one ``(m,)`` instance (weights in `sense`); returns the ``(m,)`` 0/1 state."""
         w = weights
         fast = type(w) is np.ndarray and w.dtype == np.float64 and w.shape == (self.n_vars,)
-        if not (fast and math.isfinite(w.dot(w))):  # finite ⟨w, w⟩ ⇒ no NaN/inf: skip the full check
+        with np.errstate(over="ignore"):
+            fast = fast and math.isfinite(w.dot(w))
+        if not fast:  # finite ⟨w, w⟩ ⇒ no NaN/inf and no overflowing sums: skip the full check
             w = self.validate(weights)
             if w.ndim != 1:
                 raise InvalidWeightsError(f"solve takes one (m,) weight vector, got shape {w.shape}")
+            if self._scale_invariant and w.size and np.abs(w).max() > 2.0 ** _SAFE_EXP:
+                w = _scale_rows(w)
         return self._solve(w)
 
     def solve_batch(self, weights: np.ndarray) -> np.ndarray:
@@ -60,6 +89,8 @@ class _GraphOracle(MapOracle):
         w = self.validate(weights)
         if w.ndim != 2:
             raise InvalidWeightsError(f"solve_batch takes (B, m) weights, got shape {w.shape}")
+        if self._scale_invariant and w.size and np.abs(w).max() > 2.0 ** _SAFE_EXP:
+            w = _scale_rows(w)
         return self._solve_many(w)
 
     def _solve_many(self, w: np.ndarray) -> np.ndarray:
