@@ -132,15 +132,20 @@ class TorchKnapsack(TorchOracle):
         used = np.zeros((1, len(caps)), dtype=np.int64)  # their capacity use   [F_k, D]
         levels, total = [items], 1
         while items.shape[0]:
-            last = items[:, -1] if items.shape[1] else np.full(items.shape[0], -1)
-            grown = used[:, None, :] + w[None, :, :]  # add item j   [F_k, n, D]
-            ok = (grown <= caps).all(axis=2) & (np.arange(n)[None, :] > last[:, None])  # [F_k, n]
-            parent, item = np.nonzero(ok)
-            total += parent.size
-            if total > limit:
-                return None
-            items = np.concatenate([items[parent], item[:, None]], axis=1)
-            used = grown[parent, item]
+            step = max(1, (1 << 22) // (n * len(caps)))  # parents per chunk: bounded scratch
+            grown_items, grown_used = [], []
+            for lo in range(0, items.shape[0], step):
+                part, part_used = items[lo:lo + step], used[lo:lo + step]
+                last = part[:, -1] if part.shape[1] else np.full(part.shape[0], -1)
+                grown = part_used[:, None, :] + w[None, :, :]  # add item j   [F', n, D]
+                ok = (grown <= caps).all(axis=2) & (np.arange(n)[None, :] > last[:, None])  # [F', n]
+                parent, item = np.nonzero(ok)
+                total += parent.size
+                if total > limit:
+                    return None
+                grown_items.append(np.concatenate([part[parent], item[:, None]], axis=1))
+                grown_used.append(grown[parent, item])
+            items, used = np.concatenate(grown_items), np.concatenate(grown_used)
             levels.append(items)
         size = max(len(level[0]) if level.size else 0 for level in levels)
         sets = np.concatenate([np.pad(level, ((0, 0), (0, size - level.shape[1])), constant_values=n)

@@ -48,7 +48,7 @@ def _scale_rows(w: np.ndarray) -> np.ndarray:
     here is invariant under a positive scale. Weights ``2^−400`` times smaller than the row's largest
     may become subnormal or 0 (their ties with 0 are then decided as for 0).  [..., m]
     """
-    peak = np.abs(w).max(axis=-1, keepdims=True) if w.size else np.zeros(w.shape[:-1] + (1,))
+    peak = np.abs(w).max(axis=-1, keepdims=True) if w.size else np.zeros((*w.shape[:-1], 1))
     _, exp = np.frexp(peak)  # peak = mantissa · 2^exp
     shift = np.maximum(exp - _SCALED_EXP, 0)  # [..., 1]
     return np.ldexp(w, -shift) if shift.any() else w

@@ -303,13 +303,13 @@ class TorchGridShortestPath(TorchOracle):
         n, cpu = w.shape[0], w.device.type == "cpu"
         if n == 0:
             return weights.new_zeros(weights.shape)
+        if self.n_vars == 1:  # the single cell is the path, whatever its weight
+            return weights.new_ones(weights.shape)
         negative = (w < 0).any(dim=1)  # [N]
         if cpu and bool(negative.any()):
             raise InvalidWeightsError(
                 "negative cell costs (the grid then has a negative 2-cycle); wrap the oracle in "
                 "ClampedCosts to clamp perturbed costs at 0", rows=torch.nonzero(negative).flatten().tolist())
-        if self.n_vars == 1:  # the single cell is the path, whatever its weight
-            return weights.new_ones(weights.shape)
         if cpu:  # NumPy, in cache-sized blocks of rows (each block stops sweeping when it converges)
             states, ends = [], []
             block = max(16, _CPU_BLOCK_CELLS // ((self.height + 2) * (self.width + 2)))
@@ -337,10 +337,17 @@ class TorchGridShortestPath(TorchOracle):
         dist = np.full((h + 2, wd + 2, n), np.inf, dtype=w.dtype)  # +inf border: no neighbour there
         dist[1, 1] = w[0, 0]  # d(s) = w(s)
         level = np.zeros((h + 2, wd + 2, n), dtype=np.int32)
-        inner, inner_level = dist[1:-1, 1:-1], level[1:-1, 1:-1]  # views of the real cells   [H, W, N]
         rows = np.empty((h + 2, wd, n), dtype=w.dtype)
         cand = np.empty((h, wd, n), dtype=w.dtype)
         improved = np.empty((h, wd, n), dtype=bool)
+        with np.errstate(over="ignore"):  # overflowing rows end at +inf and come back NaN
+            self._numpy_sweeps(w, dist, level, rows, cand, improved)
+        return dist, level
+
+    def _numpy_sweeps(self, w: np.ndarray, dist: np.ndarray, level: np.ndarray, rows: np.ndarray,
+                      cand: np.ndarray, improved: np.ndarray) -> None:
+        """Sweeps in place until one changes nothing (checked every `_CPU_CHUNK`), at most ``H·W``."""
+        inner, inner_level = dist[1:-1, 1:-1], level[1:-1, 1:-1]  # views of the real cells   [H, W, N]
         sweep = 0
         while sweep < self.n_vars:  # a simple path has ≤ H·W − 1 moves; one more sweep shows the fixed point
             for _ in range(min(_CPU_CHUNK, self.n_vars - sweep)):
@@ -360,7 +367,6 @@ class TorchGridShortestPath(TorchOracle):
                 np.copyto(inner_level, sweep, where=improved)  # L(v) = last sweep that lowered d(v)
             if not improved.any():
                 break
-        return dist, level
 
     def _sweeps_torch(self, dist: torch.Tensor, level: torch.Tensor, w: torch.Tensor, first: int,
                       count: int) -> torch.Tensor:
@@ -423,8 +429,8 @@ class TorchGridShortestPath(TorchOracle):
         offsets = [(dr * pw + dc) * n for dr, dc in self._steps]
         source = pw + 1  # padded index of cell (0, 0)
         state = np.zeros((n, h * w), dtype=dist.dtype)
-        rows = np.arange(n)
-        cur = np.full(n, h * pw + w)  # padded index of the target   [n]
+        rows = np.flatnonzero(np.isfinite(dist[h, w]))  # overflowed rows stay 0 (NaN-masked later)
+        cur = np.full(rows.size, h * pw + w)  # padded index of the target   [n]
         for _ in range(h * w):  # a predecessor chain has at most H·W − 1 moves
             r, c = np.divmod(cur, pw)
             state[rows, (r - 1) * w + c - 1] = 1.0
