@@ -68,6 +68,19 @@ def test_matches_cpsat_on_32_items(dims: int) -> None:
         np.testing.assert_array_equal(got, expected)
 
 
+def test_torch_kernels_match_numpy_kernels() -> None:
+    """The accelerator code paths, run on the CPU, give the NumPy paths' states: CUDA runs the same."""
+    rng = np.random.default_rng(7)
+    weights = rng.integers(1, 6, (14, 2))
+    values = torch.from_numpy(rng.normal(size=(50, 14))).float()
+    dp = TorchKnapsack(weights, [9, 12], method="dp")
+    enum = TorchKnapsack(weights, [9, 12], method="enumerate")
+    np_dp, np_enum = dp.solve_torch(values), enum.solve_torch(values)
+    assert torch.equal(dp._solve_dp_torch(values), np_dp)
+    assert torch.equal(enum._solve_enumerate_torch(values), np_enum)
+    assert torch.equal(np_dp, np_enum)
+
+
 def test_auto_method_shapes_dtypes_and_pickling() -> None:
     small = TorchKnapsack(np.array([[3, 4], [5, 6], [2, 2]]), [10, 10])
     assert small.method in ("dp", "enumerate")

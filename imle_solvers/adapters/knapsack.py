@@ -19,6 +19,8 @@ _MAX_LATTICE = 1 << 22
 _MAX_SETS = 1 << 21
 #: rows solved together: keeps the DP decisions (or the set values) of one chunk near this many entries
 _CHUNK_ENTRIES = 1 << 25
+#: on the CPU the set scores are computed for this many (set, row) pairs at a time (cache-sized)
+_CPU_SCORES = 1 << 19
 
 
 class TorchKnapsack(TorchOracle):
@@ -164,7 +166,7 @@ class TorchKnapsack(TorchOracle):
         coords = np.stack(np.unravel_index(np.arange(lattice), dims), axis=1)  # [L, D]
         self._lattice = lattice
         self._shift = (self.weights * strides).sum(axis=1)  # flat offset of each item   [n]
-        self._fits = (coords[None, :, :] >= self.weights[:, None, :]).all(axis=2)  # [n, L]
+        self._fits: np.ndarray = (coords[None, :, :] >= self.weights[:, None, :]).all(axis=2)  # [n, L]
 
     def _plan(self, device: torch.device) -> dict[str, torch.Tensor]:
         plan = self._device_cache.get(device)
@@ -200,11 +202,19 @@ class TorchKnapsack(TorchOracle):
         """Score every feasible set (item values added in index order), take the first maximum."""
         if v.device.type == "cpu":  # NumPy: the same sums and the same first maximum, less overhead
             v_np = np.concatenate([v.numpy().T, np.zeros((1, v.shape[0]), dtype=v.numpy().dtype)])
-            score_np = v_np[self._sets[:, 0]]  # ⟨z, θ⟩   [F, N]
-            for k in range(1, self._sets.shape[1]):
-                score_np += v_np[self._sets[:, k]]
-            best = torch.from_numpy(score_np.argmax(axis=0))  # first maximum: smallest Σ 2^i   [N]
-            return self._plan(v.device)["members"][best].to(v.dtype)
+            step = max(8, _CPU_SCORES // self._sets.shape[0])  # rows per pass: the scores stay in cache
+            best_np = np.empty(v.shape[0], dtype=np.int64)
+            for lo in range(0, v.shape[0], step):
+                part = np.ascontiguousarray(v_np[:, lo:lo + step])  # [n+1, N']
+                score_np = part[self._sets[:, 0]]  # ⟨z, θ⟩, summed in item order   [F, N']
+                for k in range(1, self._sets.shape[1]):
+                    score_np += part[self._sets[:, k]]
+                best_np[lo:lo + step] = score_np.argmax(axis=0)  # first maximum: smallest Σ 2^i
+            return self._plan(v.device)["members"][torch.from_numpy(best_np)].to(v.dtype)
+        return self._solve_enumerate_torch(v)
+
+    def _solve_enumerate_torch(self, v: torch.Tensor) -> torch.Tensor:
+        """The enumeration as torch operations (accelerators)."""
         plan = self._plan(v.device)
         sets = plan["sets"]  # [F, K]
         v_pad = torch.cat([v.T, v.new_zeros((1, v.shape[0]))])  # value 0 for the padding id   [n+1, N]
@@ -216,6 +226,12 @@ class TorchKnapsack(TorchOracle):
 
     def _solve_dp(self, v: torch.Tensor) -> torch.Tensor:
         """``V_i(c) = max(V_{i−1}(c), V_{i−1}(c − w_i) + θ_i)`` on the flat capacity lattice; backtrack."""
+        if v.device.type == "cpu":
+            return torch.from_numpy(self._solve_dp_numpy(v.numpy()))
+        return self._solve_dp_torch(v)
+
+    def _solve_dp_torch(self, v: torch.Tensor) -> torch.Tensor:
+        """The programme as torch operations (accelerators)."""
         plan = self._plan(v.device)
         n_rows, lat = v.shape[0], self._lattice
         pad = int(self._shift.max())
@@ -235,6 +251,31 @@ class TorchKnapsack(TorchOracle):
             t = take[i].gather(1, cap)  # [N, 1]
             z[:, i] = t[:, 0].to(v.dtype)
             cap = cap - t.long() * int(self._shift[i])
+        return z
+
+    def _solve_dp_numpy(self, v: np.ndarray) -> np.ndarray:
+        """`_solve_dp` in NumPy (the CPU path): the same operations, so the same states."""
+        n_rows, lat = v.shape[0], self._lattice
+        pad = int(self._shift.max())
+        buf = np.full((n_rows, pad + lat), -np.inf, dtype=v.dtype)
+        value = buf[:, pad:]  # V(c)   [N, L]
+        value[:] = 0.0
+        take = np.empty((self.n_vars, n_rows, lat), dtype=bool)
+        cand = np.empty((n_rows, lat), dtype=v.dtype)
+        for i in range(self.n_vars):
+            s = int(self._shift[i])
+            np.add(buf[:, pad - s: pad - s + lat], v[:, i:i + 1], out=cand)  # V(c − w_i) + θ_i
+            took = take[i]  # [N, L]
+            np.greater(cand, value, out=took)
+            np.logical_and(took, self._fits[i], out=took)  # strictly better and within capacity
+            np.copyto(value, cand, where=took)
+        z = np.zeros((n_rows, self.n_vars), dtype=v.dtype)
+        rows = np.arange(n_rows)
+        cap = np.full(n_rows, lat - 1)
+        for i in range(self.n_vars - 1, -1, -1):
+            t = take[i, rows, cap]
+            z[:, i] = t
+            cap = cap - t * int(self._shift[i])
         return z
 
     def __getstate__(self) -> dict[str, Any]:

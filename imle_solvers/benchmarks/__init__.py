@@ -28,6 +28,7 @@ SUITES: dict[str, str] = {
     "pool": "imle_solvers.benchmarks.pool",
     "layer": "imle_solvers.benchmarks.layer",
     "pto": "imle_solvers.benchmarks.pto",
+    "graphs": "imle_solvers.benchmarks.graphs_device",
 }
 
 
