@@ -166,7 +166,7 @@ class TorchKnapsack(TorchOracle):
         coords = np.stack(np.unravel_index(np.arange(lattice), dims), axis=1)  # [L, D]
         self._lattice = lattice
         self._shift = (self.weights * strides).sum(axis=1)  # flat offset of each item   [n]
-        self._fits: np.ndarray = (coords[None, :, :] >= self.weights[:, None, :]).all(axis=2)  # [n, L]
+        self._fits = np.all(coords[None, :, :] >= self.weights[:, None, :], axis=2)  # [n, L]
 
     def _plan(self, device: torch.device) -> dict[str, torch.Tensor]:
         plan = self._device_cache.get(device)
