@@ -118,6 +118,7 @@ class TorchKnapsack(TorchOracle):
         if self.method == "enumerate":
             assert sets is not None
             self._sets = sets  # item ids per feasible set, padded with n; sorted by Σ 2^i   [F, K]
+            self._build_parents()
         else:
             self._build_dp(lattice)
         self._device_cache: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -158,6 +159,22 @@ class TorchKnapsack(TorchOracle):
         member[np.arange(sets.shape[0])[:, None], sets] = True
         order = np.lexsort(member[:, :n].T)  # last key (item n − 1) first: ascending Σ_i z_i 2^i
         return sets[order]
+
+    def _build_parents(self) -> None:
+        """Per set size k ≥ 1: positions of its sets, of their parents (the set less its largest item,
+        which comes earlier in the Σ 2^i order) and that largest item. A set's score is then its
+        parent's plus one value: the same sum, in the same order, as adding its items one by one."""
+        sets, n = self._sets, self.n_vars
+        size = (sets < n).sum(axis=1)  # [F]
+        last = np.where(size > 0, sets[np.arange(len(sets)), np.maximum(size - 1, 0)], n)  # [F]
+        parent_rows = sets.copy()
+        parent_rows[np.arange(len(sets)), np.maximum(size - 1, 0)] = n  # drop the largest item
+        keys = np.ascontiguousarray(sets).view(np.dtype((np.void, sets.dtype.itemsize * sets.shape[1])))[:, 0]
+        order = np.argsort(keys)
+        parent_keys = np.ascontiguousarray(parent_rows).view(keys.dtype)[:, 0]
+        parent = order[np.searchsorted(keys[order], parent_keys)]  # [F]
+        self._levels = [(np.flatnonzero(size == k), parent[size == k], last[size == k])
+                        for k in range(1, int(size.max(initial=0)) + 1)]
 
     def _build_dp(self, lattice: int) -> None:
         """Flat strides of the capacity lattice and, per item, its shift and where it fits."""
@@ -206,9 +223,9 @@ class TorchKnapsack(TorchOracle):
             best_np = np.empty(v.shape[0], dtype=np.int64)
             for lo in range(0, v.shape[0], step):
                 part = np.ascontiguousarray(v_np[:, lo:lo + step])  # [n+1, N']
-                score_np = part[self._sets[:, 0]]  # ⟨z, θ⟩, summed in item order   [F, N']
-                for k in range(1, self._sets.shape[1]):
-                    score_np += part[self._sets[:, k]]
+                score_np = np.zeros((self._sets.shape[0], part.shape[1]), dtype=part.dtype)  # [F, N′]
+                for rows, parent, item in self._levels:  # score = parent's score + value of the last item
+                    score_np[rows] = score_np[parent] + part[item]
                 best_np[lo:lo + step] = score_np.argmax(axis=0)  # first maximum: smallest Σ 2^i
             return self._plan(v.device)["members"][torch.from_numpy(best_np)].to(v.dtype)
         return self._solve_enumerate_torch(v)
