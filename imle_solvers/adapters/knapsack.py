@@ -119,6 +119,9 @@ class TorchKnapsack(TorchOracle):
             assert sets is not None
             self._sets = sets  # item ids per feasible set, padded with n; sorted by Σ 2^i   [F, K]
             self._build_parents()
+            self._members = np.zeros((sets.shape[0], self.n_vars + 1), dtype=bool)
+            self._members[np.arange(sets.shape[0])[:, None], sets] = True
+            self._members = self._members[:, : self.n_vars]  # z of every set   [F, n]
         else:
             self._build_dp(lattice)
         self._device_cache: dict[torch.device, dict[str, torch.Tensor]] = {}
@@ -189,10 +192,8 @@ class TorchKnapsack(TorchOracle):
         plan = self._device_cache.get(device)
         if plan is None:
             if self.method == "enumerate":
-                members = torch.zeros((self._sets.shape[0], self.n_vars + 1), dtype=torch.bool)
-                members.scatter_(1, torch.from_numpy(self._sets), True)
                 plan = {"sets": torch.from_numpy(self._sets).to(device),
-                        "members": members[:, : self.n_vars].to(device)}
+                        "members": torch.from_numpy(self._members).to(device)}
             else:
                 plan = {"fits": torch.from_numpy(self._fits).to(device)}
             self._device_cache[device] = plan
@@ -211,24 +212,34 @@ class TorchKnapsack(TorchOracle):
         per_row = self._sets.size if self.method == "enumerate" else self.n_vars * self._lattice
         chunk = max(1, _CHUNK_ENTRIES // max(per_row, 1))
         solve = self._solve_enumerate if self.method == "enumerate" else self._solve_dp
+        if v.device.type == "cpu":  # NumPy only (tiny torch ops pay for waking the intra-op thread pool)
+            solve_np = self._solve_enumerate_numpy if self.method == "enumerate" else self._solve_dp_numpy
+            v_np = v.numpy()
+            parts_np = [solve_np(v_np[start:start + chunk]) for start in range(0, v_np.shape[0], chunk)]
+            z_np = np.concatenate(parts_np) if parts_np else np.zeros((0, self.n_vars), dtype=v_np.dtype)
+            return torch.from_numpy(z_np).to(weights.dtype).reshape(*lead, self.n_vars)
         parts = [solve(v[start:start + chunk]) for start in range(0, v.shape[0], chunk)]
         z = torch.cat(parts) if parts else v.new_zeros((0, self.n_vars))
         return z.to(weights.dtype).reshape(*lead, self.n_vars)
 
     def _solve_enumerate(self, v: torch.Tensor) -> torch.Tensor:
         """Score every feasible set (item values added in index order), take the first maximum."""
-        if v.device.type == "cpu":  # NumPy: the same sums and the same first maximum, less overhead
-            v_np = np.concatenate([v.numpy().T, np.zeros((1, v.shape[0]), dtype=v.numpy().dtype)])
-            step = max(8, _CPU_SCORES // self._sets.shape[0])  # rows per pass: the scores stay in cache
-            best_np = np.empty(v.shape[0], dtype=np.int64)
-            for lo in range(0, v.shape[0], step):
-                part = np.ascontiguousarray(v_np[:, lo:lo + step])  # [n+1, N']
-                score_np = np.zeros((self._sets.shape[0], part.shape[1]), dtype=part.dtype)  # [F, N′]
-                for rows, parent, item in self._levels:  # score = parent's score + value of the last item
-                    score_np[rows] = score_np[parent] + part[item]
-                best_np[lo:lo + step] = score_np.argmax(axis=0)  # first maximum: smallest Σ 2^i
-            return self._plan(v.device)["members"][torch.from_numpy(best_np)].to(v.dtype)
+        if v.device.type == "cpu":
+            return torch.from_numpy(self._solve_enumerate_numpy(v.numpy()))
         return self._solve_enumerate_torch(v)
+
+    def _solve_enumerate_numpy(self, v: np.ndarray) -> np.ndarray:
+        """The enumeration in NumPy (the CPU path): the same sums and the same first maximum."""
+        v_np = np.concatenate([v.T, np.zeros((1, v.shape[0]), dtype=v.dtype)])  # [n+1, N]
+        step = max(8, _CPU_SCORES // self._sets.shape[0])  # rows per pass: the scores stay in cache
+        best = np.empty(v.shape[0], dtype=np.int64)
+        for lo in range(0, v.shape[0], step):
+            part = np.ascontiguousarray(v_np[:, lo:lo + step])  # [n+1, N']
+            score = np.zeros((self._sets.shape[0], part.shape[1]), dtype=part.dtype)  # ⟨z, θ⟩   [F, N']
+            for rows, parent, item in self._levels:  # a set's score: its parent's + its last item's value
+                score[rows] = score[parent] + part[item]
+            best[lo:lo + step] = score.argmax(axis=0)  # first maximum: smallest Σ 2^i among the optima
+        return self._members[best].astype(v.dtype)
 
     def _solve_enumerate_torch(self, v: torch.Tensor) -> torch.Tensor:
         """The enumeration as torch operations (accelerators)."""

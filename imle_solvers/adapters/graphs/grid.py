@@ -305,29 +305,33 @@ class TorchGridShortestPath(TorchOracle):
             return weights.new_zeros(weights.shape)
         if self.n_vars == 1:  # the single cell is the path, whatever its weight
             return weights.new_ones(weights.shape)
+        if cpu:  # NumPy only (tiny torch ops pay for waking the intra-op thread pool)
+            states = torch.from_numpy(self._solve_numpy(w.numpy()))  # [N, H·W]
+            return states.to(weights.dtype).reshape(*lead, self.n_vars)
         negative = (w < 0).any(dim=1)  # [N]
-        if cpu and bool(negative.any()):
-            raise InvalidWeightsError(
-                "negative cell costs (the grid then has a negative 2-cycle); wrap the oracle in "
-                "ClampedCosts to clamp perturbed costs at 0", rows=torch.nonzero(negative).flatten().tolist())
-        if cpu:  # NumPy, in cache-sized blocks of rows (each block stops sweeping when it converges)
-            states, ends = [], []
-            block = max(16, _CPU_BLOCK_CELLS // ((self.height + 2) * (self.width + 2)))
-            for start in range(0, n, block):
-                w_blk = w[start:start + block].T.reshape(self.height, self.width, -1)  # [H, W, n_b]
-                dist_np, level_np = self._distances_numpy(np.ascontiguousarray(w_blk.numpy()))
-                states.append(torch.from_numpy(self._trace_numpy(dist_np, level_np)))  # [n_b, H·W]
-                ends.append(torch.from_numpy(dist_np[self.height, self.width]))
-            state, end = torch.cat(states), torch.cat(ends)  # [N, H·W], d(t) [N]
-        else:
-            w_t = w.clamp_min(0).T.reshape(self.height, self.width, n).contiguous()  # rows < 0: NaN below
-            dist, level = self._distances_torch(w_t)  # d, L   [H+2, W+2, N]
-            state, end = self._trace(dist, level), dist[self.height, self.width]
-        bad = ~torch.isfinite(end)  # overflowed path sums   [N]
-        if not cpu:
-            bad = bad | negative
+        w_t = w.clamp_min(0).T.reshape(self.height, self.width, n).contiguous()  # rows < 0: NaN below
+        dist, level = self._distances_torch(w_t)  # d, L   [H+2, W+2, N]
+        state, end = self._trace(dist, level), dist[self.height, self.width]
+        bad = ~torch.isfinite(end) | negative  # overflowed path sums, negative costs   [N]
         state = state.masked_fill(bad[:, None], float("nan"))
         return state.to(weights.dtype).reshape(*lead, self.n_vars)
+
+    def _solve_numpy(self, w: np.ndarray) -> np.ndarray:
+        """The CPU path: ``(N, H·W)`` costs → states, in cache-sized blocks of rows (each block stops
+        sweeping when it converges)."""
+        negative = (w < 0).any(axis=1)  # [N]
+        if negative.any():
+            raise InvalidWeightsError(
+                "negative cell costs (the grid then has a negative 2-cycle); wrap the oracle in "
+                "ClampedCosts to clamp perturbed costs at 0", rows=np.flatnonzero(negative).tolist())
+        state = np.empty(w.shape, dtype=w.dtype)  # [N, H·W]
+        block = max(16, _CPU_BLOCK_CELLS // ((self.height + 2) * (self.width + 2)))
+        for start in range(0, w.shape[0], block):
+            w_blk = np.ascontiguousarray(w[start:start + block].T).reshape(self.height, self.width, -1)
+            dist, level = self._distances_numpy(w_blk)  # [H+2, W+2, n_b]
+            state[start:start + block] = self._trace_numpy(dist, level)
+            state[start:start + block][~np.isfinite(dist[self.height, self.width])] = np.nan  # overflow
+        return state
 
     # ---- distances: synchronous min-plus sweeps (d and L padded with a +inf border) --------------
 
