@@ -14,8 +14,6 @@ from imle_solvers import ClampedCosts, TorchOracle, imle
 from imle_solvers.adapters import GridShortestPath, TorchGridShortestPath
 from imle_solvers.errors import InvalidWeightsError
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
 
 def assert_paths(states: np.ndarray, h: int, w: int, neighbourhood: int) -> None:
     """Every row is a 0/1 set of cells, connected by the allowed moves, holding both corners."""
@@ -151,39 +149,3 @@ def test_in_an_imle_layer() -> None:
     z = imle(w, ClampedCosts(oracle))
     z.sum().backward()
     assert z.shape == (5, 16) and w.grad is not None and torch.isfinite(w.grad).all()
-
-
-@pytest.mark.cuda
-@cuda
-def test_cuda_states_identical_to_cpu() -> None:
-    rng = np.random.default_rng(0)
-    for h, w, nb in [(12, 12, 8), (12, 12, 4), (30, 30, 8), (7, 3, 8)]:
-        oracle = TorchGridShortestPath(h, w, nb)
-        for x in (rng.integers(0, 3, (256, h * w)), rng.random((256, h * w))):
-            for dtype in (torch.float32, torch.float64):
-                t = torch.from_numpy(x).to(dtype)
-                cpu = oracle.solve_torch(t)
-                gpu = oracle.solve_torch(t.cuda())
-                assert gpu.device.type == "cuda" and gpu.dtype == dtype
-                assert torch.equal(gpu.cpu(), cpu)
-    neg = torch.ones(2, 9, device="cuda")
-    neg[1, 3] = -1.0
-    z = TorchGridShortestPath(3, 3).solve_torch(neg)
-    assert torch.isnan(z[1]).all() and not torch.isnan(z[0]).any()
-
-
-@pytest.mark.cuda
-@cuda
-def test_cuda_no_host_sync() -> None:
-    oracle = TorchGridShortestPath(30, 30)
-    w = torch.rand(64, 900, device="cuda")
-    oracle.solve_torch(w)  # warm-up (allocator, kernels)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        z = oracle.solve_torch(w)
-        z2 = ClampedCosts(oracle).solve_torch(w - 0.1)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
-    assert torch.equal(z.cpu(), oracle.solve_torch(w.cpu()))
-    assert z2.shape == z.shape

@@ -8,6 +8,10 @@ installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] na
 * ``graphs/`` — [`ShortestPath`][imle_solvers.ShortestPath],
 [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
   [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
+* ``graphs/grid.py`` also holds [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
+  grid path on the weights' device
+* ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], 0/1 knapsack with integer
+  weights on the weights' device
 * ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native (torch)
 DAG shortest path
 * ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle (no

@@ -42,8 +42,8 @@ class TorchKnapsack(TorchOracle):
     method
         ``"dp"``: dynamic programme over the capacity lattice, ``O(n · ∏ (C_d + 1))`` per row.
         ``"enumerate"``: the feasible item sets are listed once, here (the item weights are fixed), and
-        each row scores all of them, ``O(#sets · max set size)`` per row. ``"auto"`` (default) takes
-        the cheaper; PyEPO's 2-D knapsack (weights 3.00-7.99 ×100, capacities 2000) has about 7,000
+        each row scores all of them, ``O(#sets)`` per row. ``"auto"`` (default) takes
+        the cheaper; PyEPO's 2-D knapsack (weights 3.00-7.99 ×100, capacities 2000) has a few thousand
         feasible sets against a 4-million-state lattice.
 
     Notes

@@ -11,6 +11,8 @@ weights
 * [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a vertex-weighted
 grid, the setting of
   the Warcraft experiment (Vlastelica et al., ICLR 2020; paper sec. 5), batched through SciPy;
+* [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath] — the same grid path as a
+  batched torch oracle on the weights' device (CPU or GPU);
 * [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
 * [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest.
 
