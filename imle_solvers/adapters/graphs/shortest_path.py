@@ -10,6 +10,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from ...errors import ImleSolversError, InfeasibleError, NegativeCycleError
+from .._levels import LevelPlan
 from ._common import _GRID_CHUNK, _block_dijkstra, _check_graph, _csr_order, _GraphOracle, _networkx
 
 __all__ = ["ShortestPath"]
@@ -294,21 +295,8 @@ class ShortestPath(_GraphOracle):
             by_head[int(self._head[k])].append(k)
         tail = self._tail.tolist()
         self._dag_in = [(v, [(k, tail[k]) for k in by_head[v]]) for v in order if v != self._s]
-        # level = longest hop distance from s; a level's in-arcs all come from lower levels
-        level = np.zeros(self._n, dtype=np.int64)
-        for v in order:
-            for k in by_head[v]:
-                level[v] = max(level[v], level[tail[k]] + 1)
-        sentinel_arc = len(self._tail)  # padding arc: from a node at +inf, cost 0
-        self._dag_levels: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        for lev in range(1, int(level.max(initial=0)) + 1):
-            nodes = np.flatnonzero(level == lev)
-            width = max(len(by_head[v]) for v in nodes)
-            pad = np.full((len(nodes), width), sentinel_arc, dtype=np.int64)
-            for r, v in enumerate(nodes.tolist()):
-                pad[r, : len(by_head[v])] = by_head[v]
-            self._dag_levels.append((nodes, pad, np.arange(len(nodes))))
-        self._dag_tail_ext = np.append(self._tail, self._n)  # sentinel tail: node n (dist +inf)
+        self._dag_plan = LevelPlan(self._n, self._tail, self._head, self._s)  # the level DP (shared)
+        self._dag_levels = self._dag_plan.levels
         self._dag_vectorised = len(self._tail) >= _DAG_ARCS_PER_LEVEL * max(len(self._dag_levels), 1)
 
     def _dag_path(self, cost: np.ndarray) -> list[int]:
@@ -336,30 +324,13 @@ class ShortestPath(_GraphOracle):
         return pred
 
     def _dag_pred_numpy(self, cost: np.ndarray) -> list[int]:
-        """The same DP, one topological level at a time (all nodes of a level in one numpy step)."""
-        dist = np.zeros(self._n + 1)
-        dist[self._n] = np.inf  # sentinel node behind the padding arcs
-        cost_ext = np.append(cost, 0.0)  # [a + 1]
-        pred = np.full(self._n, -1, dtype=np.int64)
-        for nodes, pad, rows in self._dag_levels:
-            cand = dist[self._dag_tail_ext[pad]] + cost_ext[pad]  # dist_u + c_uv   [n_L, deg]
-            j = cand.argmin(axis=1)  # first minimum = first in-arc in edge order     [n_L]
-            dist[nodes] = cand[rows, j]
-            pred[nodes] = pad[rows, j]
-        return pred.tolist()
+        """The same DP, one topological level at a time (`LevelPlan`)."""
+        return self._dag_plan.predecessors(cost[None])[0].tolist()  # type: ignore[no-any-return]
 
     def _dag_states_numpy(self, cost: np.ndarray) -> np.ndarray:
         """The level DP for ``B`` rows at once, then all ``B`` paths traced back together.  [B, m]"""
-        b, n = cost.shape[0], self._n
-        dist = np.zeros((b, n + 1))
-        dist[:, n] = np.inf  # sentinel node behind the padding arcs
-        cost_ext = np.concatenate([cost, np.zeros((b, 1))], axis=1)  # [B, a + 1]
-        pred = np.full((b, n), -1, dtype=np.int64)
-        for nodes, pad, rows in self._dag_levels:
-            cand = dist[:, self._dag_tail_ext[pad]] + cost_ext[:, pad]  # dist_u + c_uv   [B, n_L, deg]
-            j = cand.argmin(axis=2)  # first minimum = first in-arc in edge order          [B, n_L]
-            dist[:, nodes] = np.take_along_axis(cand, j[..., None], axis=2)[..., 0]
-            pred[:, nodes] = pad[rows[None, :], j]
+        b = cost.shape[0]
+        pred = self._dag_plan.predecessors(cost)  # optimal in-arc of every node   [B, n]
         out_index = self._arc_edge if self.weights_on == "edges" else self._head_g
         state = np.zeros((b, self.n_vars), dtype=np.float64)
         if self.weights_on == "nodes":
