@@ -2,7 +2,7 @@
 
 On a DAG, ``d(v) = min_{(u, v)} d(u) + c(u, v)`` can be evaluated for all nodes of one topological
 *level* (longest hop count from the source) at once, since their in-arcs all come from lower levels.
-[`LevelPlan`][imle_solvers.adapters._levels.LevelPlan] holds that grouping (built once per graph) and
+``LevelPlan`` holds that grouping (built once per graph) and
 runs the recursion for a whole batch of cost rows with a few NumPy operations per level.
 """
 

@@ -286,6 +286,12 @@ class TorchGridShortestPath(TorchOracle):
         self._steps = [(-1, 0), (1, 0), (0, -1), (0, 1)]
         if neighbourhood == 8:
             self._steps += [(-1, -1), (-1, 1), (1, -1), (1, 1)]
+        self._offsets: dict[torch.device, torch.Tensor] = {}  # flat offsets of the steps, per device
+
+    def __getstate__(self) -> dict[str, object]:
+        state = self.__dict__.copy()
+        state["_offsets"] = {}  # device tensors are not pickled
+        return state
 
     @property
     def nodes(self) -> list[tuple[int, int]]:
@@ -400,13 +406,14 @@ class TorchGridShortestPath(TorchOracle):
         if w.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
             self._sweeps_torch(dist, level, w, 1, budget)  # fixed work, exact
             return dist, level
+        flags = torch.empty(-(-budget // _DEVICE_CHUNK), dtype=torch.bool, pin_memory=True)  # one per chunk
         pending: deque[tuple[torch.cuda.Event, torch.Tensor]] = deque()
         done = 0
         while done < budget:
             count = min(_DEVICE_CHUNK, budget - done)
             changed = self._sweeps_torch(dist, level, w, done + 1, count)
+            flag = flags[done // _DEVICE_CHUNK]
             done += count
-            flag = torch.empty((), dtype=torch.bool, pin_memory=True)
             flag.copy_(changed, non_blocking=True)  # device → pinned host memory, no stream stall
             event = torch.cuda.Event()
             event.record()
@@ -469,7 +476,10 @@ class TorchGridShortestPath(TorchOracle):
             best_d = torch.where(better, d_u, best_d)
             best_l = torch.where(better, l_u, best_l)
             best_k.masked_fill_(better, k)
-        offsets = torch.tensor([dr * w + dc for dr, dc in self._steps], dtype=torch.int64, device=device)
+        offsets = self._offsets.get(device)
+        if offsets is None:  # one host → device copy per device, made on the first call
+            offsets = torch.tensor([dr * w + dc for dr, dc in self._steps], dtype=torch.int64, device=device)
+            self._offsets[device] = offsets
         cells = torch.arange(h * w, device=device)
         pred = cells + offsets[best_k.reshape(h * w, n).T]  # predecessor of every cell   [N, H·W]
         pred[:, 0] = 0  # the source points at itself
