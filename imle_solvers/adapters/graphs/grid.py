@@ -256,7 +256,7 @@ class TorchGridShortestPath(TorchOracle):
     near-ties are decided by rounding (as for every float solver).
 
     ``expected_nonzeros`` is the number of cells of a shortest path under unit weights, as for the
-    host oracle. The oracle holds no per-device state and is picklable.
+    host oracle. The oracle is picklable (its small per-device index tensor is rebuilt on first use).
 
     Examples
     --------
