@@ -141,3 +141,25 @@ def test_numpy_and_torch_programmes_agree_ties_included(dag: tuple, seed: int) -
     half = oracle.solve_torch(w.to(torch.bfloat16))  # not a NumPy dtype: the torch path
     assert half.dtype == torch.bfloat16
     np.testing.assert_array_equal(half.double().numpy(), oracle._solve_torch_ops(w).numpy())
+
+
+def test_shared_level_plan_gives_both_dag_oracles_the_same_states() -> None:
+    """ShortestPath (on a DAG) and DAGShortestPath run the same LevelPlan: same states, ties included."""
+    import networkx as nx
+
+    from imle_solvers.adapters._levels import LevelPlan
+    from imle_solvers.adapters.graphs import ShortestPath
+
+    graph = nx.DiGraph(DAGShortestPath.grid(6, 7).edges)
+    host = ShortestPath(graph, 0, 41)
+    oracle = DAGShortestPath(host.edges, 0, 41)  # the same edge order, so the same tie rule
+    assert host.is_dag
+    rng = np.random.default_rng(4)
+    for w in (rng.integers(0, 3, (64, oracle.n_vars)).astype(float), rng.normal(size=(64, oracle.n_vars))):
+        expected = oracle._solve_torch_ops(torch.from_numpy(w)).numpy()
+        np.testing.assert_array_equal(oracle._solve_numpy(w), expected)
+        host._dag_vectorised = True
+        np.testing.assert_array_equal(host.solve_batch(w), expected)
+    plan = LevelPlan(3, np.array([0, 0, 1]), np.array([1, 2, 2]), 0)
+    assert [nodes.tolist() for nodes, _ in plan.levels] == [[1], [2]]
+    assert plan.predecessors(np.array([[1.0, 2.0, 1.0]])).tolist() == [[-1, 0, 1]]  # tie: least arc id

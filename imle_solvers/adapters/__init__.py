@@ -5,9 +5,13 @@ installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] na
 
 * ``cpsat.py``  — [`CPSATOracle`][imle_solvers.CPSATOracle] (OR-Tools CP-SAT, extra ``cpsat``)
 * ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``)
-* ``graphs.py`` — [`ShortestPath`][imle_solvers.ShortestPath],
+* ``graphs/`` — [`ShortestPath`][imle_solvers.ShortestPath],
 [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
   [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
+* ``graphs/grid.py`` also holds [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
+  grid path on the weights' device
+* ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], 0/1 knapsack with integer
+  weights on the weights' device
 * ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native (torch)
 DAG shortest path
 * ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle (no
@@ -27,6 +31,8 @@ _LAZY: dict[str, str] = {
     "GridShortestPath": ".graphs",
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
+    "TorchGridShortestPath": ".graphs",
+    "TorchKnapsack": ".knapsack",
     "DAGShortestPath": ".dag",
     "ClampedCosts": ".clamp",
 }
@@ -41,5 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .clamp import ClampedCosts  # noqa: F401
     from .cpsat import CPSATOracle  # noqa: F401
     from .dag import DAGShortestPath  # noqa: F401
-    from .graphs import GridShortestPath, Matching, ShortestPath, SpanningTree  # noqa: F401
+    from .graphs import (  # noqa: F401
+        GridShortestPath,
+        Matching,
+        ShortestPath,
+        SpanningTree,
+        TorchGridShortestPath,
+    )
+    from .knapsack import TorchKnapsack  # noqa: F401
     from .pulp import PulpOracle  # noqa: F401

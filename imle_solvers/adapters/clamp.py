@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
-from ..oracle import MapOracle
+import numpy as np
+import torch
+
+from ..oracle import MapOracle, TorchOracle
 
 __all__ = ["ClampedCosts"]
 
@@ -17,6 +20,10 @@ class ClampedCosts(MapOracle):
     ([`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]). Clamping at ``floor ≥ 0`` keeps every
     perturbed problem well posed; it only changes instances whose perturbed costs dip below it.
 
+    Wrapping a [`TorchOracle`][imle_solvers.TorchOracle] (such as
+    [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath]) gives a ``TorchOracle``
+    that clamps on the weights' device, so the layer stays free of host round trips.
+
     Parameters
     ----------
     oracle
@@ -27,13 +34,25 @@ class ClampedCosts(MapOracle):
 
     sense = "min"
 
+    def __new__(cls, oracle: MapOracle, floor: float = 0.0) -> Any:
+        if cls is ClampedCosts and isinstance(oracle, TorchOracle):
+            return super().__new__(_TorchClampedCosts)
+        return super().__new__(cls)
+
     def __init__(self, oracle: MapOracle, floor: float = 0.0) -> None:
         if oracle.sense != "min":
             raise ValueError("ClampedCosts wraps a 'min' (cost) oracle")
         self.oracle, self.floor = oracle, float(floor)
         self.n_vars = oracle.n_vars
         self.expected_nonzeros = oracle.expected_nonzeros
-        self.in_process_safe = oracle.in_process_safe  # a wrapper: the inner oracle decides
+
+    @property
+    def in_process_safe(self) -> bool:  # type: ignore[override]
+        """As safe to run in the caller's process as the wrapped oracle."""
+        return bool(getattr(self.oracle, "in_process_safe", False))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (self.oracle, self.floor)
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         return self.oracle.solve(np.maximum(weights, self.floor))
@@ -44,3 +63,18 @@ class ClampedCosts(MapOracle):
 
     def __repr__(self) -> str:
         return f"ClampedCosts({self.oracle!r}, floor={self.floor})"
+
+
+class _TorchClampedCosts(ClampedCosts, TorchOracle):  # type: ignore[misc,override]
+    """[`ClampedCosts`][imle_solvers.ClampedCosts] around a torch oracle: clamps on the device."""
+
+    oracle: TorchOracle
+
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        return self.oracle.solve_torch(weights.clamp_min(self.floor))  # c ← max(c, floor)
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return ClampedCosts.solve(self, weights)
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        return ClampedCosts.solve_batch(self, weights)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ..oracle import TorchOracle
+from ._levels import LevelPlan
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -136,7 +137,9 @@ class DAGShortestPath(TorchOracle):
             expected_nonzeros = 0.5 * (self._max_hops + min_hops)
         self.expected_nonzeros = float(expected_nonzeros)
         self._cache: dict[torch.device, dict[str, Any]] = {}
-        self._np_levels = [(v.numpy(), t.numpy(), o, n, w) for v, t, o, n, w in self._levels]
+        self._useful = np.flatnonzero(useful)  # arcs on some source → target path   [a]
+        self._plan = LevelPlan(len(nodes), np.asarray(tails)[self._useful], np.asarray(heads)[self._useful],
+                               self._source_idx)  # the level DP of the NumPy path (shared)
         self._np_tails = np.concatenate([self._tails.numpy(), [self._source_idx]])
 
     # ------------------------------------------------------------------ constructors
@@ -193,29 +196,17 @@ class DAGShortestPath(TorchOracle):
         return self._solve_torch_ops(weights.reshape(-1, m)).reshape(*lead, m)
 
     def _solve_numpy(self, w: np.ndarray) -> np.ndarray:
-        """The programme of `_solve_torch_ops` in NumPy (same ties: first minimum wins)."""
+        """The programme of `_solve_torch_ops` in NumPy (`LevelPlan`; same ties: first minimum wins)."""
         n, m = w.shape
-        w_pad = np.concatenate([w, np.full((n, 1), np.inf, dtype=w.dtype)], axis=1)  # [N, m+1]
-        w_arcs = w_pad[:, self._all_arcs.numpy()]  # [N, Σ L·K]
-        dist = np.full((n, self._n_nodes), np.inf, dtype=w.dtype)  # d(v) = +inf   [N, V]
-        dist[:, self._source_idx] = 0.0
-        choices = []
-        for nodes, tails, offset, n_l, width in self._np_levels:
-            cand = (dist[:, tails] + w_arcs[:, offset : offset + n_l * width]).reshape(n, n_l, width)
-            k = cand.argmin(axis=-1)  # first minimum   [N, L]
-            dist[:, nodes] = np.take_along_axis(cand, k[..., None], axis=-1)[..., 0]  # Bellman
-            choices.append(k)
-        k_all = np.concatenate(choices, axis=1)  # [N, Σ L]
-        table = self._arc_table.numpy()  # [Σ L, K]
-        best = np.full((n, self._n_nodes), m, dtype=np.int64)  # arc into v   [N, V]
-        best[:, self._level_nodes.numpy()] = table[np.arange(table.shape[0]), k_all]
+        pred = self._plan.predecessors(w[:, self._useful])  # optimal useful in-arc per node   [N, V]
+        best = np.where(pred >= 0, self._useful[pred], m)  # as an edge id; m: none   [N, V]
         z = np.zeros((n, m + 1), dtype=w.dtype)
         rows = np.arange(n)
         node = np.full(n, self._target_idx, dtype=np.int64)
         for _ in range(self._max_hops):
             arc = best[rows, node]  # arc into the current node   [N]
             z[rows, arc] = 1.0
-            node = self._np_tails[arc]  # step back to its tail
+            node = self._np_tails[arc]  # step back to its tail (the source, once there)
         return z[:, :m]
 
     def _solve_torch_ops(self, w: torch.Tensor) -> torch.Tensor:

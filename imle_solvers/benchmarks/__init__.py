@@ -23,6 +23,8 @@ SUITES: dict[str, tuple[str, str]] = {
     "pool": ("imle_solvers.benchmarks.pool", "serial vs thread vs process pools on a batch of solves"),
     "layer": ("imle_solvers.benchmarks.layer", "an I-MLE training step vs the two oracle calls it makes"),
     "pto": ("imle_solvers.benchmarks.pto", "seconds per epoch of predict-then-optimize training"),
+    "graphs": ("imle_solvers.benchmarks.graphs_device",
+               "device-native grid shortest path and knapsack vs SciPy Dijkstra and CP-SAT"),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..adapters.knapsack import TorchKnapsack
+from ..oracle import MapOracle
 from .dataset import PTODataset, spo_costs
 from .shortest_path import _check
 
@@ -22,7 +24,7 @@ def knapsack(
     deg: int = 1,
     noise_width: float = 0.0,
     seed: int = 135,
-    backend: str = "cpsat",
+    backend: str = "torch",
 ) -> PTODataset:
     """Features and item values for the 0/1 knapsack with ``dim`` resource constraints (PyEPO).
 
@@ -30,8 +32,11 @@ def knapsack(
     * ``B ∈ {0, 1}^{m×p}``, ``B_ij ~ Bernoulli(0.5)``; ``x ~ N(0, I_p)``;
     * values ``v_j = ⌈5 · [((B x)_j / √p + 3)^deg + 1] / 3.5^deg · ε_j⌉``, ``ε_j ~ U[1 − ē, 1 + ē]``.
 
-    The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m``: the oracle is an
-    [`ILP`][imle_solvers.ILP] with ``sense="max"`` (so the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). The draws
+    The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m`` (``sense="max"``, so
+    the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). By default the oracle is
+    [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack] on ``100·W`` and ``⌊100 · capacity⌋`` (the same
+    feasible sets: W is given to 0.01), exact and on the values' device; ``backend`` may instead name an
+    [`ILP`][imle_solvers.ILP] back end. The draws
     (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
     ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``. The oracle's
     ``expected_nonzeros`` (κ of [`SumOfGamma`][imle_solvers.SumOfGamma]) is set to the mean number of items
@@ -48,13 +53,12 @@ def knapsack(
     capacity
         Right-hand side(s), a scalar or ``dim`` values.
     backend
-        ILP back end (``"cpsat"``, ``"cbc"`` or ``"highs"``).
+        ``"torch"`` ([`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], the default) or an ILP back
+        end (``"cpsat"``, ``"cbc"`` or ``"highs"``).
     """
     _check(num_samples, num_features, deg, noise_width)
     if int(num_items) != num_items or num_items < 1 or int(dim) != dim or dim < 1:
         raise ValueError(f"num_items and dim must be positive integers, got {num_items}, {dim}")
-    from ..ilp import ILP
-
     rnd = np.random.RandomState(seed)
     weights = rnd.choice(range(300, 800), size=(dim, num_items)) / 100  # W ∈ [3, 8)   [dim, m]
     basis = rnd.binomial(1, 0.5, (num_items, num_features))  # B   [m, p]
@@ -62,7 +66,15 @@ def knapsack(
     eps = rnd.uniform(1.0 - noise_width, 1.0 + noise_width, (num_samples, num_items))  # ε   [n, m]
     values = np.ceil(5.0 * spo_costs(x, basis, deg, eps))  # v = ⌈5 · c⌉   [n, m]
     caps = np.broadcast_to(np.asarray(capacity, dtype=float), (dim,)).copy()
-    oracle = ILP(num_items, A_ub=weights, b_ub=caps, sense="max", backend=backend)  # type: ignore[arg-type]
+    oracle: MapOracle
+    if backend == "torch":  # W z ≤ b  ⟺  (100 W) z ≤ ⌊100 b⌋ for W on a 0.01 grid
+        scaled = 100.0 * caps
+        int_caps = np.where(np.abs(scaled - np.round(scaled)) < 1e-6, np.round(scaled), np.floor(scaled))
+        oracle = TorchKnapsack(np.round(100.0 * weights.T).astype(np.int64), np.maximum(int_caps, 0))
+    else:
+        from ..ilp import ILP
+
+        oracle = ILP(num_items, A_ub=weights, b_ub=caps, sense="max", backend=backend)  # type: ignore[arg-type]
     info = {"problem": "knapsack", "num_items": num_items, "dim": dim, "capacity": caps.tolist(),
             "num_features": num_features, "deg": deg, "noise_width": noise_width, "seed": seed,
             "item_weights": weights.tolist(), "basis": basis.tolist()}

@@ -91,7 +91,9 @@ def make_problem(
         else:
             from ..data.knapsack import knapsack
 
-            data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed)
+            # TorchKnapsack (exact, fast on the CPU too) unless the host solver is asked for
+            backend = "cpsat" if oracle == "host" else "torch"
+            data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed, backend=backend)
             host = data.oracle
             device_native = _torch_knapsack(data) if native else host
         train, test = data.split(n_train)

@@ -1,0 +1,135 @@
+"""TorchKnapsack: against brute force and CP-SAT, both methods, ties, errors; data.knapsack uses it."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imle_solvers import TorchOracle
+from imle_solvers.adapters import TorchKnapsack
+
+
+def brute_force(weights: np.ndarray, caps: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The feasible set of greatest value (summed in item order) with the smallest Σ z_i 2^i."""
+    n = values.shape[0]
+    best, best_z = -np.inf, None
+    for code in range(2**n):
+        z = np.array([(code >> i) & 1 for i in range(n)])
+        if (weights.T @ z <= caps).all():
+            total = values.dtype.type(0)
+            for i in np.flatnonzero(z):
+                total = total + values[i]
+            if total > best:
+                best, best_z = total, z
+    assert best_z is not None
+    return best_z.astype(float)
+
+
+@given(n=st.integers(1, 10), dims=st.integers(1, 2), seed=st.integers(0, 2**31 - 1),
+       integer=st.booleans())
+def test_both_methods_match_brute_force(n: int, dims: int, seed: int, integer: bool) -> None:
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(0, 7, (n, dims))
+    caps = rng.integers(0, 16, dims)
+    values = rng.integers(-3, 6, (6, n)).astype(np.float64) if integer else rng.normal(size=(6, n))
+    expected = np.array([brute_force(weights, caps, v) for v in values])
+    for method in ("dp", "enumerate"):
+        oracle = TorchKnapsack(weights, caps, method=method)
+        np.testing.assert_array_equal(oracle.solve_torch(torch.from_numpy(values)).numpy(), expected)
+
+
+def test_ties_and_non_positive_values_are_never_taken() -> None:
+    for method in ("dp", "enumerate"):
+        oracle = TorchKnapsack([[1], [1], [1]], 2, method=method)
+        assert oracle.solve_torch(torch.tensor([1.0, 1.0, 1.0])).tolist() == [1.0, 1.0, 0.0]
+        assert oracle.solve_torch(torch.tensor([0.0, -1.0, 2.0])).tolist() == [0.0, 0.0, 1.0]
+        assert oracle.solve_torch(torch.tensor([-1.0, -1.0, -2.0])).tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("dims", [1, 2])
+def test_matches_cpsat_on_32_items(dims: int) -> None:
+    pytest.importorskip("ortools")
+    from imle_solvers import ILP
+
+    rng = np.random.default_rng(dims)
+    weights = rng.integers(3, 8, (32, dims))
+    caps = np.full(dims, 20)
+    values = rng.integers(1, 20, (6, 32)).astype(float) + rng.random((6, 32)) * 1e-3  # unique optima
+    ilp = ILP(32, A_ub=weights.T.astype(float), b_ub=caps.astype(float), sense="max", backend="cpsat")
+    expected = ilp.solve_batch(values)
+    for method in ("dp", "enumerate"):
+        got = TorchKnapsack(weights, caps, method=method).solve_torch(torch.from_numpy(values)).numpy()
+        np.testing.assert_allclose((got * values).sum(1), (expected * values).sum(1), rtol=1e-12)
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_torch_kernels_match_numpy_kernels() -> None:
+    """The accelerator code paths, run on the CPU, give the NumPy paths' states: CUDA runs the same."""
+    rng = np.random.default_rng(7)
+    weights = rng.integers(1, 6, (14, 2))
+    values = torch.from_numpy(rng.normal(size=(50, 14))).float()
+    dp = TorchKnapsack(weights, [9, 12], method="dp")
+    enum = TorchKnapsack(weights, [9, 12], method="enumerate")
+    np_dp, np_enum = dp.solve_torch(values), enum.solve_torch(values)
+    assert torch.equal(dp._solve_dp_torch(values), np_dp)
+    assert torch.equal(enum._solve_enumerate_torch(values), np_enum)
+    assert torch.equal(np_dp, np_enum)
+
+
+def test_auto_method_shapes_dtypes_and_pickling() -> None:
+    small = TorchKnapsack(np.array([[3, 4], [5, 6], [2, 2]]), [10, 10])
+    assert small.method in ("dp", "enumerate")
+    wide = TorchKnapsack(np.full((10, 2), 300), [2000, 2000])  # 4M-state lattice: enumeration
+    assert wide.method == "enumerate"
+    deep = TorchKnapsack(np.ones((40, 1), dtype=int), [20])  # C(40, ≤20) sets: the DP
+    assert deep.method == "dp"
+    v = torch.rand(2, 3, 40, generator=torch.Generator().manual_seed(1), dtype=torch.float32)
+    z = deep.solve_torch(v)
+    assert z.shape == (2, 3, 40) and z.dtype == torch.float32 and (z.sum(-1) == 20).all()
+    assert torch.equal(pickle.loads(pickle.dumps(deep)).solve_torch(v), z)
+    assert isinstance(deep, TorchOracle) and deep.sense == "max" and deep.in_process_safe
+    np.testing.assert_array_equal(deep.solve(v[0, 0].double().numpy()), z[0, 0].numpy())
+    assert TorchKnapsack([2, 3], 4).solve_torch(torch.tensor([1.0, 2.0])).tolist() == [0.0, 1.0]
+
+
+def test_invalid_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="non-negative integers"):
+        TorchKnapsack([[1.5]], [3])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        TorchKnapsack([[1]], [-1])
+    with pytest.raises(ValueError, match="shape"):
+        TorchKnapsack([[1, 2]], [3])
+    with pytest.raises(ValueError, match="method"):
+        TorchKnapsack([[1]], [3], method="greedy")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="use method='enumerate'"):
+        TorchKnapsack(np.full((4, 2), 300), [5000, 5000], method="dp")
+    from imle_solvers.adapters import knapsack as module
+
+    monkeypatch.setattr(module, "_MAX_SETS", 1000)
+    monkeypatch.setattr(module, "_MAX_LATTICE", 1000)
+    with pytest.raises(ValueError, match="too large"):
+        TorchKnapsack(np.ones((30, 2), dtype=int), [40, 40])
+    with pytest.raises(ValueError, match="use method='dp'"):
+        TorchKnapsack(np.ones((30, 1), dtype=int), [20], method="enumerate")
+    from imle_solvers.errors import InvalidWeightsError
+
+    with pytest.raises(InvalidWeightsError):
+        TorchKnapsack([[1]], [3]).solve_torch(torch.ones(2))
+
+
+def test_data_knapsack_uses_the_device_oracle_with_the_same_optima() -> None:
+    from imle_solvers.data import knapsack
+
+    data = knapsack(16, num_items=10, dim=2, seed=3)
+    assert isinstance(data.oracle, TorchKnapsack)
+    w = np.array(data.info["item_weights"])  # [2, 12], hundredths
+    z = data.solutions.double().numpy()
+    assert np.all(z @ w.T <= 20.0 + 1e-9)
+    v = data.costs.double().numpy()
+    expected = np.array([brute_force(np.round(100 * w.T).astype(int), np.array([2000, 2000]), r) for r in v])
+    np.testing.assert_allclose((z * v).sum(1), (expected * v).sum(1))
