@@ -13,6 +13,7 @@ from ._lazy import lazy_exports
 from .errors import (
     ImleSolversError,
     InfeasibleError,
+    InvalidSolutionError,
     InvalidWeightsError,
     MissingExtraError,
     NegativeCycleError,
@@ -64,6 +65,7 @@ __all__ = [
     "Gumbel",
     "ImleSolversError",
     "InfeasibleError",
+    "InvalidSolutionError",
     "InvalidWeightsError",
     "MapOracle",
     "Matching",

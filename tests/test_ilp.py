@@ -158,7 +158,15 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
         ({"c_size": 3, "integer": False, "backend": "cpsat"}, "continuous"),
         ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
-        ({"c_size": 2, "A_ub": [[1 / 3, 1]], "b_ub": [1], "backend": "cpsat"}, "not integers"),
+        # issue repros: raw pybind RuntimeError / TypeError before, a ValueError naming the row/variable now
+        ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
+        ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
+        ({"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},
+         "row 0: .*64-bit"),
+        ({"c_size": 2, "A_ub": [[1e16, 1]], "b_ub": [2], "backend": "highs"}, "HiGHS rejected"),
+        # A_ub z ≤ -inf: the same error on every back end (CBC wrote no solution file, the others [1, 1])
+        *[({"c_size": 2, "A_ub": [[1, 1], [1, 0]], "b_ub": [1, -np.inf], "backend": b}, r"b_ub\[1\] is -inf")
+          for b in ("cpsat", "cbc", "highs")],
     ],
 )
 def test_bad_declarations_raise_at_construction(kwargs: dict[str, object], match: str) -> None:

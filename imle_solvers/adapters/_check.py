@@ -1,0 +1,116 @@
+"""The solution check every ILP adapter runs before handing a state back.
+
+A solver works with tolerances of its own (HiGHS and CBC accept ``A x ≤ b + 10⁻⁶`` in their scaled
+model; a row whose coefficients are tiny or huge slips through them). `FeasibilityCheck` tests the
+returned state against the *declared* `LinearForm` with a tolerance relative to each row's own scale,
+
+``violation_i = max(A_i x − ub_i, lb_i − A_i x) ≤ rtol · (|A_i|·|x| + |b_i|) + ftol · Σ_{j continuous} |A_ij|``,
+
+so ``4e-7·x ≤ 5e-7`` is checked as strictly as ``4·x ≤ 5``; integer columns must be within ``int_tol``
+of an integer (they are then snapped to it, and the rows are checked with the snapped values).
+A failure raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of
+returning a wrong state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidSolutionError
+from ._linear import LinearForm
+
+__all__ = ["FeasibilityCheck"]
+
+_DENSE_LIMIT = 1 << 16  # up to this many matrix entries the check uses a dense copy (no scipy call overhead)
+
+
+class FeasibilityCheck:
+    """Vectorised check of a full solution vector (all columns, auxiliary ones too) against a form.
+
+    Parameters
+    ----------
+    form
+        The declared model.
+    rtol
+        Relative tolerance on each row (and bound), see the module notes. ``1e-9`` absorbs
+        floating-point rounding of ``A x`` (``0.1 + 0.2 > 0.3``), nothing a solver tolerance hides.
+    ftol
+        Absolute slack per unit of coefficient on continuous columns only (solvers return them with
+        their own primal tolerance; integer columns are exact after snapping).
+    int_tol
+        How far an integer column may be from an integer before it counts as fractional.
+    """
+
+    def __init__(self, form: LinearForm, rtol: float = 1e-9, ftol: float = 1e-6, int_tol: float = 1e-6) -> None:
+        self.form = form
+        self.rtol, self.int_tol = rtol, int_tol
+        A = form.A
+        self._A: Any = A.toarray() if A.shape[0] * A.shape[1] <= _DENSE_LIMIT else A
+        self._absA: Any = np.abs(self._A) if isinstance(self._A, np.ndarray) else abs(A)
+        self._lb, self._ub = form.row_lb, form.row_ub
+        finite = np.where(np.isfinite(form.row_lb), np.abs(form.row_lb), 0.0)
+        self._b_scale = np.maximum(finite, np.where(np.isfinite(form.row_ub), np.abs(form.row_ub), 0.0))
+        cont = ~form.integer
+        self._cont_slack = (ftol * np.asarray(self._absA[:, cont].sum(axis=1)).ravel() if cont.any()
+                            else np.zeros(form.n_rows))  # ftol · Σ_cont |A_ij|   [rows]
+        # bounds: integer columns exact (after snapping), continuous ones with rtol·|bound| + ftol
+        slack = np.where(cont, ftol, 0.0)
+        with np.errstate(invalid="ignore"):
+            self._col_lo = form.col_lb - np.where(np.isfinite(form.col_lb), rtol * np.abs(form.col_lb), 0) - slack
+            self._col_hi = form.col_ub + np.where(np.isfinite(form.col_ub), rtol * np.abs(form.col_ub), 0) + slack
+        self._int_cols = np.flatnonzero(form.integer)
+        self._all_integer = bool(form.integer.all())
+        self._has_rows = form.n_rows > 0
+
+    def __call__(self, values: Any, owner: str, *, integral: bool = False) -> np.ndarray:
+        """Check ``values`` (``(n_cols,)``) and return them as float64, integer columns snapped.
+
+        ``integral=True`` says the values are integers already (CP-SAT): no integrality test.
+        Raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] naming the violated
+        constraint row or variable.
+        """
+        x = np.array(values, dtype=np.float64)  # a copy: snapped in place   [n_cols]
+        if not integral:
+            if self._all_integer:
+                snapped = np.rint(x)
+                off = np.abs(x - snapped)
+                x = snapped
+            else:
+                cols = self._int_cols
+                snapped = np.rint(x[cols])
+                off = np.abs(x[cols] - snapped)
+                x[cols] = snapped
+            if off.size and off.max() > self.int_tol * max(1.0, float(np.abs(x).max())):
+                j = int(np.argmax(off))
+                j = j if self._all_integer else int(self._int_cols[j])
+                self._fail(owner, f"integer variable {j} ({self.form.names[j]!r}) has the fractional value "
+                           f"{values[j]!r}", None, float(off.max()))
+            x += 0.0  # no −0.0
+        if ((x < self._col_lo) | (x > self._col_hi)).any():
+            j = int(np.flatnonzero((x < self._col_lo) | (x > self._col_hi))[0])
+            self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r} is outside its bounds "
+                       f"[{self.form.col_lb[j]}, {self.form.col_ub[j]}]", None,
+                       float(max(self.form.col_lb[j] - x[j], x[j] - self.form.col_ub[j])))
+        if self._has_rows:
+            r = self._A @ x  # A x   [rows]
+            over = np.maximum(r - self._ub, self._lb - r)  # > 0 where a row is violated   [rows]
+            if over.max() > 0.0:
+                scale = self._absA @ np.abs(x) + self._b_scale  # |A|·|x| + |b|   [rows]
+                bad = over > self.rtol * scale + self._cont_slack
+                if bad.any():
+                    i = int(np.flatnonzero(bad)[0])
+                    self._fail(owner, f"constraint row {i} is violated: A x = {r[i]!r} outside "
+                               f"[{self._lb[i]}, {self._ub[i]}] by {over[i]:.3g} (relative "
+                               f"{over[i] / max(scale[i], 1e-300):.3g})", i, float(over[i]))
+        return x
+
+    @staticmethod
+    def _fail(owner: str, what: str, row: int | None, violation: float) -> None:
+        err = InvalidSolutionError(f"{owner}: the solver returned a state that violates the model: {what}. "
+                                   "This is numerical trouble in the solver (coefficients far apart in "
+                                   "magnitude?): rescale the model or try another backend")
+        err.constraint, err.violation = row, violation
+        raise err
+
