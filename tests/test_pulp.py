@@ -80,7 +80,8 @@ def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() 
               "import imle_solvers.adapters.pulp as p\n"
               "d = p._scratch_dir(); print(d, flush=True); os.kill(os.getpid(), 9)\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
+                          timeout=60)
     left = done.stdout.strip()
     assert done.returncode == -9 and os.path.isdir(left)
     import imle_solvers.adapters.pulp as pulp_module

@@ -4,7 +4,7 @@ A solver works with tolerances of its own (HiGHS and CBC accept ``A x ≤ b + 10
 model; a row whose coefficients are tiny or huge slips through them). `FeasibilityCheck` tests the
 returned state against the *declared* `LinearForm` with a tolerance relative to each row's own scale,
 
-``violation_i = max(A_i x − ub_i, lb_i − A_i x) ≤ rtol · (|A_i|·|x| + |b_i|) + ftol · Σ_{j continuous} |A_ij|``,
+``max(A_i x − ub_i, lb_i − A_i x) ≤ rtol · (|A_i|·|x| + |b_i|) + ftol · Σ_{j continuous} |A_ij|``,
 
 so ``4e-7·x ≤ 5e-7`` is checked as strictly as ``4·x ≤ 5``; integer columns must be within ``int_tol``
 of an integer (they are then snapped to it, and the rows are checked with the snapped values).
@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..errors import InvalidSolutionError
 from ._linear import LinearForm
@@ -43,7 +44,8 @@ class FeasibilityCheck:
         How far an integer column may be from an integer before it counts as fractional.
     """
 
-    def __init__(self, form: LinearForm, rtol: float = 1e-9, ftol: float = 1e-6, int_tol: float = 1e-6) -> None:
+    def __init__(self, form: LinearForm, rtol: float = 1e-9, ftol: float = 1e-6,
+                 int_tol: float = 1e-6) -> None:
         self.form = form
         self.rtol, self.int_tol = rtol, int_tol
         A = form.A
@@ -58,11 +60,22 @@ class FeasibilityCheck:
         # bounds: integer columns exact (after snapping), continuous ones with rtol·|bound| + ftol
         slack = np.where(cont, ftol, 0.0)
         with np.errstate(invalid="ignore"):
-            self._col_lo = form.col_lb - np.where(np.isfinite(form.col_lb), rtol * np.abs(form.col_lb), 0) - slack
-            self._col_hi = form.col_ub + np.where(np.isfinite(form.col_ub), rtol * np.abs(form.col_ub), 0) + slack
+            lo, hi = form.col_lb, form.col_ub
+            self._col_lo = lo - np.where(np.isfinite(lo), rtol * np.abs(lo), 0) - slack
+            self._col_hi = hi + np.where(np.isfinite(hi), rtol * np.abs(hi), 0) + slack
         self._int_cols = np.flatnonzero(form.integer)
         self._all_integer = bool(form.integer.all())
         self._has_rows = form.n_rows > 0
+        # fast path: one product checks rows and bounds exactly, M x − c ≤ 0 with M = [A; I; −A; −I],
+        # c = [ub_row; ub_col; −lb_row; −lb_col] (±inf entries never fail); the tolerances only come in
+        # when it fails
+        if isinstance(self._A, np.ndarray):
+            eye = np.eye(form.n_cols)
+            self._M: Any = np.vstack([self._A, eye, -self._A, -eye])
+        else:
+            eye = sp.identity(form.n_cols, format="csr")
+            self._M = sp.vstack([self._A, eye, -self._A, -eye], format="csr")
+        self._c = np.concatenate([form.row_ub, form.col_ub, -form.row_lb, -form.col_lb])
 
     def __call__(self, values: Any, owner: str, *, integral: bool = False) -> np.ndarray:
         """Check ``values`` (``(n_cols,)``) and return them as float64, integer columns snapped.
@@ -75,19 +88,34 @@ class FeasibilityCheck:
         if not integral:
             if self._all_integer:
                 snapped = np.rint(x)
-                off = np.abs(x - snapped)
+                off = np.abs(x - snapped, out=x)  # x is replaced by snapped below
                 x = snapped
             else:
                 cols = self._int_cols
                 snapped = np.rint(x[cols])
                 off = np.abs(x[cols] - snapped)
                 x[cols] = snapped
-            if off.size and off.max() > self.int_tol * max(1.0, float(np.abs(x).max())):
-                j = int(np.argmax(off))
-                j = j if self._all_integer else int(self._int_cols[j])
-                self._fail(owner, f"integer variable {j} ({self.form.names[j]!r}) has the fractional value "
-                           f"{values[j]!r}", None, float(off.max()))
+            if off.size and not off.max() <= self.int_tol:  # `not ≤`: NaN fails too
+                self._fractional(values, off, owner)
             x += 0.0  # no −0.0
+        if not (self._M @ x - self._c).max() <= 0.0:  # a row or bound violated (or NaN), before tolerances
+            self._slow(x, owner)
+        return x
+
+    def _fractional(self, values: Any, off: np.ndarray, owner: str) -> None:
+        """Integrality failed the absolute test: apply the relative one, raise if it fails too."""
+        if off.max() <= self.int_tol * max(1.0, float(np.max(np.abs(np.asarray(values, dtype=np.float64))))):
+            return  # a large value: its integrality tolerance is relative
+        j = int(np.argmax(off))
+        j = j if self._all_integer else int(self._int_cols[j])
+        self._fail(owner, f"integer variable {j} ({self.form.names[j]!r}) has the fractional value "
+                   f"{values[j]!r}", None, float(off.max()))
+
+    def _slow(self, x: np.ndarray, owner: str) -> None:
+        """The exact test failed: check bounds and rows with their tolerances, raise naming the first."""
+        if not np.isfinite(x).all():
+            j = int(np.flatnonzero(~np.isfinite(x))[0])
+            self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r}", None, float("inf"))
         if ((x < self._col_lo) | (x > self._col_hi)).any():
             j = int(np.flatnonzero((x < self._col_lo) | (x > self._col_hi))[0])
             self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r} is outside its bounds "
@@ -104,7 +132,6 @@ class FeasibilityCheck:
                     self._fail(owner, f"constraint row {i} is violated: A x = {r[i]!r} outside "
                                f"[{self._lb[i]}, {self._ub[i]}] by {over[i]:.3g} (relative "
                                f"{over[i] / max(scale[i], 1e-300):.3g})", i, float(over[i]))
-        return x
 
     @staticmethod
     def _fail(owner: str, what: str, row: int | None, violation: float) -> None:

@@ -10,8 +10,9 @@ interrupt callback reads, killing CBC's process. They are called, never by raisi
   then raises ``KeyboardInterrupt`` as the solve returns. Only when the SIGINT handler is Python's
   default one (a program with its own handler keeps its solves running) and no other wake-up
   descriptor (asyncio) is installed;
-* the main thread has ended (a ``KeyboardInterrupt`` ended the program while pool threads still
-  solve): the helper stops every solve, so the interpreter can exit;
+* the program ends (a ``KeyboardInterrupt`` ended the main thread while pool threads still solve):
+  at interpreter shutdown, before thread pools join their threads, the helper stops every solve
+  (and keeps stopping new ones), so the interpreter can exit;
 * [`stop_solves`][imle_solvers.adapters._interrupt.stop_solves] is called (a pool that gives up
   on its threads).
 """
@@ -24,14 +25,21 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["solving", "stop_solves"]
+try:  # the C module: `signal`'s wrappers convert handlers to enums, about 10 µs a call
+    import _signal as sig
+except ImportError:  # pragma: no cover - every CPython has it
+    sig = signal  # type: ignore[no-redef]
+
+__all__ = ["default_sigint", "set_sigint", "solving", "stop_solves"]
 
 _lock = threading.Lock()
 _active: dict[int, Callable[[], None]] = {}  # token → stop
 _tokens = itertools.count()
 _watch: tuple[int, int, int] | None = None  # (read fd, write fd, pid) of the wake-up pipe
+_exiting = False  # set at interpreter shutdown
 _POLL_S = 0.2  # how often the helper checks that the main thread is alive
 
 
@@ -41,12 +49,29 @@ def stop_solves() -> int:
     Returns how many were stopped. The interrupted calls raise (``KeyboardInterrupt`` on the main
     thread after Ctrl-C, a typed error otherwise) instead of returning a state.
     """
-    with _lock:
-        stops = list(_active.values())
+    stops = list(_active.values())  # a copy under the GIL
     for stop in stops:
         with contextlib.suppress(Exception):
             stop()
     return len(stops)
+
+
+def default_sigint() -> bool:
+    """Whether Ctrl-C would raise ``KeyboardInterrupt`` on this thread (main thread, Python's own handler)."""
+    return threading.current_thread() is threading.main_thread() and sig.getsignal(
+        signal.SIGINT) is signal.default_int_handler
+
+
+def set_sigint(handler: Any) -> None:
+    """Install a SIGINT handler (main thread only), without `signal`'s enum conversions."""
+    sig.signal(signal.SIGINT, handler)
+
+
+def _exit_hook() -> None:
+    """Runs at interpreter shutdown before thread pools join their threads (`threading._register_atexit`)."""
+    global _exiting
+    _exiting = True
+    stop_solves()
 
 
 def _watcher(read_fd: int) -> None:
@@ -60,7 +85,7 @@ def _watcher(read_fd: int) -> None:
                 continue
             if signal.SIGINT in data:
                 stop_solves()
-        elif not main.is_alive():
+        elif _exiting or not main.is_alive():
             stop_solves()  # the program is ending: let pool threads finish so the interpreter can exit
 
 
@@ -73,32 +98,41 @@ def _pipe() -> int:
             os.set_blocking(write_fd, False)
             _watch = (read_fd, write_fd, os.getpid())
             threading.Thread(target=_watcher, args=(read_fd,), name="imle-solvers-stop", daemon=True).start()
+            import concurrent.futures.thread  # noqa: F401  # its exit hook first: ours then runs before it
+
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                with contextlib.suppress(RuntimeError):  # already shutting down
+                    register(_exit_hook)
         return _watch[1]
 
 
-@contextlib.contextmanager
-def solving(stop: Callable[[], None]) -> Iterator[None]:
+class solving:  # used as a function: ``with solving(stop):``
     """Register ``stop`` while the body solves.
 
     On the main thread with Python's default SIGINT handler, the wake-up descriptor is pointed at the
-    helper's pipe for the duration (and restored after).
+    helper's pipe for the duration (and restored after). A class, not a generator-based context
+    manager: it runs around every solve (a few µs).
     """
-    on_main = threading.current_thread() is threading.main_thread()
-    token = next(_tokens)
-    write_fd = _pipe()
-    armed = False
-    previous = -1
-    if on_main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-        armed = previous == -1 or previous == write_fd
-        if not armed:  # someone else (asyncio) listens there: leave it to them
-            signal.set_wakeup_fd(previous)
-    with _lock:
-        _active[token] = stop
-    try:
-        yield
-    finally:
-        with _lock:
-            del _active[token]
-        if armed:
-            signal.set_wakeup_fd(-1)
+
+    __slots__ = ("armed", "stop", "token")
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
+        self.token = next(_tokens)
+        self.armed = False
+
+    def __enter__(self) -> None:
+        watch = _watch
+        write_fd = watch[1] if watch is not None and watch[2] == os.getpid() else _pipe()
+        if default_sigint():
+            previous = sig.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            self.armed = previous == -1 or previous == write_fd
+            if not self.armed:  # someone else (asyncio) listens there: leave it to them
+                sig.set_wakeup_fd(previous)
+        _active[self.token] = self.stop  # one dict store: atomic under the GIL
+
+    def __exit__(self, *exc: object) -> None:
+        _active.pop(self.token, None)
+        if self.armed:
+            sig.set_wakeup_fd(-1)

@@ -323,9 +323,9 @@ class LinearForm:
             big = max([abs(v) for v in ints] + [abs(b) for b in (lb, ub) if b is not None], default=0)
             if big > limit:
                 raise ValueError(
-                    f"row {i}: scaled exactly to integers (CP-SAT is integer-only) its coefficients or bounds "
-                    f"reach {big:.3g}, beyond CP-SAT's 64-bit range (limit {limit:.3g}); rescale the row or "
-                    "use backend='highs'")
+                    f"row {i}: scaled exactly to integers (CP-SAT is integer-only), its coefficients or "
+                    f"bounds reach {big:.3g}, beyond CP-SAT's 64-bit range (limit {limit:.3g}); rescale the "
+                    "row or use backend='highs'")
             coefs.append(ints)
             lbs.append(lb)
             ubs.append(ub)

@@ -247,7 +247,8 @@ class CPSATOracle(MapOracle):
         big = np.maximum(np.abs(lo), np.abs(hi))  # max|x_j|   [cols]
         if (big > _MAX_BOUND).any():
             j = int(np.flatnonzero(big > _MAX_BOUND)[0])
-            raise ValueError(f"CP-SAT needs integer bounds within ±2**53; variable {j} ({form.names[j]!r}) has "
+            raise ValueError(f"CP-SAT needs integer bounds within ±2**53; variable {j} ({form.names[j]!r}) "
+                             "has "
                              f"[{form.col_lb[j]}, {form.col_ub[j]}]: tighten them or use backend='highs'")
         coefs, row_lb, row_ub = form.integral_rows()
         A = form.A
@@ -262,10 +263,11 @@ class CPSATOracle(MapOracle):
             cols = A.indices[A.indptr[i]:A.indptr[i + 1]].tolist()
             row = coefs[i]
             if sum(abs(a) * reach[j] for a, j in zip(row, cols)) > _MAX_ACTIVITY:
-                raise ValueError(f"row {i}: scaled to integers, |coefficients| · |bounds| reach beyond CP-SAT's "
-                                 "64-bit range: rescale the row or use backend='highs'")
-            lb = cp_model.INT_MIN if row_lb[i] is None else row_lb[i]  # type: ignore[attr-defined]
-            ub = cp_model.INT_MAX if row_ub[i] is None else row_ub[i]  # type: ignore[attr-defined]
+                raise ValueError(f"row {i}: scaled to integers, |coefficients| · |bounds| reach beyond "
+                                 "CP-SAT's 64-bit range: rescale the row or use backend='highs'")
+            low, high = row_lb[i], row_ub[i]
+            lb: int = cp_model.INT_MIN if low is None else low  # type: ignore[attr-defined]
+            ub: int = cp_model.INT_MAX if high is None else high  # type: ignore[attr-defined]
             if lb > ub:
                 model.add_bool_or([])  # e.g. an equality with a fractional rhs: no integer solution
                 continue
@@ -340,6 +342,7 @@ class CPSATOracle(MapOracle):
         codes = local.codes
         if status == codes.OPTIMAL or status == codes.FEASIBLE:
             solution = list(response.solution)
+            values: Any
             if self._check is not None:  # built from a LinearForm: the state is checked against it
                 values = self._check(solution, "CPSATOracle", integral=True)[: self.n_vars]
             else:

@@ -40,7 +40,7 @@ from ..errors import (
 )
 from ..oracle import MapOracle
 from ._check import FeasibilityCheck
-from ._interrupt import solving
+from ._interrupt import default_sigint, set_sigint, solving
 from ._linear import LinearForm, check_single, unproven
 
 __all__ = ["PulpOracle"]
@@ -260,7 +260,7 @@ class _CbcEngine:
                 fh.write(self.mps(costs))
             args = [self.binary(), mps_path, "integerTolerance", "1e-9"]  # CBC's 1e-7 accepts 0.9999999
             if self.time_limit is not None:
-                args += ["timeMode", "elapsed", "sec", repr(float(self.time_limit))]  # wall clock, as elsewhere
+                args += ["timeMode", "elapsed", "sec", repr(float(self.time_limit))]  # wall clock
             args += ["branch", "solution", sol_path]
             started = time.perf_counter()
             _run_child(args)
@@ -283,7 +283,8 @@ class _CbcEngine:
             if self.solve(np.zeros_like(costs))[0] == "optimal":
                 if self.can_be_unbounded:
                     return "unbounded", None, outcome[2]
-                return "error", None, (f"CBC called the model infeasible ({outcome[2]!r}) but it has a feasible "
+                return "error", None, (f"CBC called the model infeasible ({outcome[2]!r}) but it has a "
+                                       "feasible "
                                        "state: numerical trouble; rescale the model or use backend='highs'")
         return outcome
 
@@ -395,7 +396,8 @@ class _HighsEngine:
         stop = _HighsStop()
         h.setCallback(_highs_interrupt, stop)
         kinds = highspy.cb.HighsCallbackType  # type: ignore[attr-defined]
-        for kind in (kinds.kCallbackSimplexInterrupt, kinds.kCallbackIpmInterrupt, kinds.kCallbackMipInterrupt):
+        for kind in (kinds.kCallbackSimplexInterrupt, kinds.kCallbackIpmInterrupt,
+                     kinds.kCallbackMipInterrupt):
             h.startCallback(kind)
         self._cols = np.arange(form.n_vars, dtype=np.int32)
         self._status = highspy.HighsModelStatus  # type: ignore[attr-defined]
@@ -446,16 +448,15 @@ class _HighsEngine:
         def stop_now() -> None:
             stop.flag = True
 
-        swapped = (threading.current_thread() is threading.main_thread()
-                   and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        swapped = default_sigint()
         if swapped:
-            signal.signal(signal.SIGINT, on_sigint)
+            set_sigint(on_sigint)
         try:
             with solving(stop_now):
                 h.run()
         finally:
             if swapped:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+                set_sigint(signal.default_int_handler)
         if stop.flag:
             if threading.current_thread() is threading.main_thread():
                 raise KeyboardInterrupt
