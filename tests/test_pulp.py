@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -69,26 +70,29 @@ def _scratch_dirs() -> set[str]:
 
 
 def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() -> None:
+    import imle_solvers.adapters.pulp as pulp_module
+
     before = _scratch_dirs()
     oracle = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max", backend="cbc")
     assert oracle.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
     copy = pickle.loads(pickle.dumps(oracle))
     assert copy.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
-    assert _scratch_dirs() <= before  # nothing left behind by a finished call
-    # a process killed in the middle of a call leaves its directory: the next process removes it
-    script = ("import os, sys, numpy as np; sys.path.insert(0, os.getcwd())\n"
-              "import imle_solvers.adapters.pulp as p\n"
-              "d = p._scratch_dir(); print(d, flush=True); os.kill(os.getpid(), 9)\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True,
-                          timeout=60)
-    left = done.stdout.strip()
-    assert done.returncode == -9 and os.path.isdir(left)
-    import imle_solvers.adapters.pulp as pulp_module
-
-    pulp_module._SWEPT = -1  # as in a fresh process
-    ILP(2, A_ub=[[1, 1]], b_ub=[1], backend="cbc").solve(np.array([-1.0, 0.0]))
-    assert not os.path.exists(left)
+    mine = f"imle-cbc-{os.getpid()}-"
+    assert not [n for n in _scratch_dirs() - before if n.startswith(mine)]  # nothing left by a finished call
+    # a process killed in the middle of a call leaves its directory behind: the next process to run CBC
+    # removes it (and only the directories of processes that no longer exist)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    root = pulp_module.scratch_root() or tempfile.gettempdir()
+    left = tempfile.mkdtemp(prefix=f"imle-cbc-{dead.pid}-", dir=root)
+    alive = tempfile.mkdtemp(prefix=f"imle-cbc-{os.getppid()}-", dir=root)
+    try:
+        pulp_module._SWEPT = -1  # as in a fresh process
+        oracle.solve(np.array([3.0, 4.0, 5.0, 1.0]))
+        assert not os.path.exists(left) and os.path.isdir(alive)
+    finally:
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(left, ignore_errors=True)
 
 
 @pytest.mark.parametrize("solver", ["cbc", "highs"])

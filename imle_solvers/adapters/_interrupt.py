@@ -13,7 +13,7 @@ interrupt callback reads, killing CBC's process. They are called, never by raisi
 * the program ends (a ``KeyboardInterrupt`` ended the main thread while pool threads still solve):
   at interpreter shutdown, before thread pools join their threads, the helper stops every solve
   (and keeps stopping new ones), so the interpreter can exit;
-* [`stop_solves`][imle_solvers.adapters._interrupt.stop_solves] is called (a pool that gives up
+* `stop_solves` is called (a pool that gives up
   on its threads).
 """
 

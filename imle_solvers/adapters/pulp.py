@@ -337,6 +337,10 @@ class _HighsStop:
         self.flag = False
 
 
+def _highs_log(kind: Any, message: Any, data_out: Any, data_in: Any, log: list[str]) -> None:
+    log.append(str(message))
+
+
 def _highs_interrupt(kind: Any, message: Any, data_out: Any, data_in: Any, stop: _HighsStop) -> None:
     if stop.flag and data_in is not None:
         data_in.user_interrupt = True
@@ -370,18 +374,23 @@ class _HighsEngine:
         highspy = require("highspy", "pulp")
         form = self.form
         h = _new_highs(highspy)
-        for option, value in (("output_flag", False), ("threads", 1),
+        callbacks = highspy.cb.HighsCallbackType  # type: ignore[attr-defined]
+        log: list[str] = []  # HiGHS's own messages while the model is loaded: quoted if it complains
+        h.setOptionValue("log_to_console", False)
+        h.setCallback(_highs_log, log)
+        h.startCallback(callbacks.kCallbackLogging)
+        for option, value in (("output_flag", True), ("threads", 1),
                               ("mip_rel_gap", 0.0),  # optimal, not within HiGHS's default 0.01 % gap
                               ("mip_feasibility_tolerance", 1e-9), ("primal_feasibility_tolerance", 1e-9)):
             h.setOptionValue(option, value)
         if self.time_limit is not None:
             h.setOptionValue("time_limit", float(self.time_limit))
         ok = highspy.HighsStatus.kOk  # type: ignore[attr-defined]
-        self._complain(h.addVars(form.n_cols, form.col_lb, form.col_ub), ok, "the variable bounds")
+        self._complain(h.addVars(form.n_cols, form.col_lb, form.col_ub), ok, "the variable bounds", log)
         if form.integer.any():
             cols = np.flatnonzero(form.integer).astype(np.int32)
             kinds = np.array([highspy.HighsVarType.kInteger] * cols.size)  # type: ignore[attr-defined]
-            self._complain(h.changeColsIntegrality(cols.size, cols, kinds), ok, "the integrality")
+            self._complain(h.changeColsIntegrality(cols.size, cols, kinds), ok, "the integrality", log)
         A = form.A
         if form.n_rows:
             top = np.zeros(form.n_rows)
@@ -392,12 +401,13 @@ class _HighsEngine:
             with np.errstate(invalid="ignore"):
                 lb, ub = form.row_lb * scale, form.row_ub * scale
             self._complain(h.addRows(form.n_rows, lb, ub, A.nnz, A.indptr[:-1].astype(np.int32),
-                                     A.indices.astype(np.int32), data), ok, "the constraint rows")
+                                     A.indices.astype(np.int32), data), ok, "the constraint rows", log)
+        h.stopCallback(callbacks.kCallbackLogging)
+        h.setOptionValue("output_flag", False)
         stop = _HighsStop()
         h.setCallback(_highs_interrupt, stop)
-        kinds = highspy.cb.HighsCallbackType  # type: ignore[attr-defined]
-        for kind in (kinds.kCallbackSimplexInterrupt, kinds.kCallbackIpmInterrupt,
-                     kinds.kCallbackMipInterrupt):
+        for kind in (callbacks.kCallbackSimplexInterrupt, callbacks.kCallbackIpmInterrupt,
+                     callbacks.kCallbackMipInterrupt):
             h.startCallback(kind)
         self._cols = np.arange(form.n_vars, dtype=np.int32)
         self._status = highspy.HighsModelStatus  # type: ignore[attr-defined]
@@ -405,11 +415,12 @@ class _HighsEngine:
         return h
 
     @staticmethod
-    def _complain(status: Any, ok: Any, what: str) -> None:
+    def _complain(status: Any, ok: Any, what: str, log: list[str]) -> None:
         if status != ok:
-            raise ValueError(f"HiGHS rejected {what} ({status}): coefficients must lie within [1e-9, 1e15] "
-                             "in magnitude after scaling each row by a power of two (its largest one ≈ 1): "
-                             "a row mixes coefficients too far apart; rescale the model")
+            said = " ".join(line.strip() for line in log) or "no message"
+            raise ValueError(f"HiGHS rejected {what} ({status}; HiGHS: {said!r}). Each row is scaled by a "
+                             "power of two to a largest coefficient ≈ 1, after which HiGHS takes magnitudes "
+                             "within [1e-9, 1e15]: a row mixes coefficients too far apart; rescale the model")
 
     def solve(self, costs: np.ndarray) -> Outcome:
         h = getattr(self._local, "h", None)
@@ -539,10 +550,15 @@ class PulpOracle(MapOracle):
     -----
     `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
     [`UnboundedError`][imle_solvers.errors.UnboundedError] (objective unbounded for these weights) and
-    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit with no feasible state).
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit with no feasible state),
+    and [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] rather than return a state
+    that violates the model's rows, bounds or integrality (checked relative to each row's scale).
 
-    The oracle pickles without its ``highspy`` model or scratch directory; both are rebuilt on first
-    use in the receiving process.
+    CBC runs as a child process per call, killed on Ctrl-C and when this process dies (Linux); its
+    files live in a scratch directory of their own, removed when the call ends.
+
+    The oracle pickles without its ``highspy`` model, which is rebuilt on first use in the receiving
+    process.
 
     Examples
     --------
@@ -612,7 +628,7 @@ class PulpOracle(MapOracle):
         return self
 
     def close(self) -> None:
-        """Remove CBC's scratch files now (also done when the oracle is garbage-collected)."""
+        """Release the back end's resources (CBC keeps none: each call removes its own scratch files)."""
         if isinstance(self._engine, _CbcEngine):
             self._engine.close()
 
