@@ -66,16 +66,20 @@ class FeasibilityCheck:
         self._int_cols = np.flatnonzero(form.integer)
         self._all_integer = bool(form.integer.all())
         self._has_rows = form.n_rows > 0
-        # fast path: one product checks rows and bounds exactly, M x − c ≤ 0 with M = [A; I; −A; −I],
-        # c = [ub_row; ub_col; −lb_row; −lb_col] (±inf entries never fail); the tolerances only come in
-        # when it fails
+        # fast path: one product checks rows and bounds exactly, [M, −c] · [x; 1] ≤ 0 with
+        # M = [A; I; −A; −I] and c = [ub_row; ub_col; −lb_row; −lb_col] (an infinite bound becomes ∓1e300:
+        # never / always violated); the tolerances only come in when it fails. Few numpy calls: right
+        # after a solve each one runs with cold caches, so their number is what the check costs
+        c = np.concatenate([form.row_ub, form.col_ub, -form.row_lb, -form.col_lb])
+        last = np.clip(-c, -1e300, 1e300)[:, None]  # −c   [2·(rows + cols), 1]
         if isinstance(self._A, np.ndarray):
             eye = np.eye(form.n_cols)
-            self._M: Any = np.vstack([self._A, eye, -self._A, -eye])
+            self._M: Any = np.hstack([np.vstack([self._A, eye, -self._A, -eye]), last])
         else:
             eye = sp.identity(form.n_cols, format="csr")
-            self._M = sp.vstack([self._A, eye, -self._A, -eye], format="csr")
-        self._c = np.concatenate([form.row_ub, form.col_ub, -form.row_lb, -form.col_lb])
+            stacked = sp.vstack([self._A, eye, -self._A, -eye])
+            self._M = sp.hstack([stacked, sp.csr_matrix(last)], format="csr")
+        self._int_tol_sq = int_tol**2
 
     def __call__(self, values: Any, owner: str, *, integral: bool = False) -> np.ndarray:
         """Check ``values`` (``(n_cols,)``) and return them as float64, integer columns snapped.
@@ -84,26 +88,26 @@ class FeasibilityCheck:
         Raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] naming the violated
         constraint row or variable.
         """
-        x = np.array(values, dtype=np.float64)  # a copy: snapped in place   [n_cols]
+        x = np.array([*values, 1.0], dtype=np.float64)  # [x; 1]: the fast path's product   [n_cols + 1]
         if not integral:
             if self._all_integer:
-                snapped = np.rint(x)
-                off = np.abs(x - snapped, out=x)  # x is replaced by snapped below
-                x = snapped
+                z = np.rint(x)
             else:
-                cols = self._int_cols
-                snapped = np.rint(x[cols])
-                off = np.abs(x[cols] - snapped)
-                x[cols] = snapped
-            if off.size and not off.max() <= self.int_tol:  # `not ≤`: NaN fails too
-                self._fractional(values, off, owner)
-            x += 0.0  # no −0.0
-        if not (self._M @ x - self._c).max() <= 0.0:  # a row or bound violated (or NaN), before tolerances
-            self._slow(x, owner)
-        return x
+                z = x.copy()
+                z[self._int_cols] = np.rint(x[self._int_cols])
+            d = x - z
+            if not d @ d <= self._int_tol_sq:  # ‖x − z‖₂ ≤ tol implies max|x − z| ≤ tol (`not ≤`: NaN too)
+                self._fractional(values, np.abs(d[:-1]), owner)
+            z += 0.0  # no −0.0
+            x = z
+        if not (self._M @ x).max() <= 0.0:  # a row or bound violated (or NaN), before tolerances
+            self._slow(x[:-1], owner)
+        return x[:-1]
 
     def _fractional(self, values: Any, off: np.ndarray, owner: str) -> None:
-        """Integrality failed the absolute test: apply the relative one, raise if it fails too."""
+        """The fast integrality test failed: test each integer column (relative to the largest value)."""
+        if not self._all_integer:
+            off = off[self._int_cols]
         if off.max() <= self.int_tol * max(1.0, float(np.max(np.abs(np.asarray(values, dtype=np.float64))))):
             return  # a large value: its integrality tolerance is relative
         j = int(np.argmax(off))
