@@ -14,13 +14,14 @@ returning a wrong state.
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import InvalidSolutionError
-from ._linear import LinearForm
+from ._linear import SMALL, LinearForm
 
 __all__ = ["FeasibilityCheck"]
 
@@ -80,6 +81,13 @@ class FeasibilityCheck:
             stacked = sp.vstack([self._A, eye, -self._A, -eye])
             self._M = sp.hstack([stacked, sp.csr_matrix(last)], format="csr")
         self._int_tol_sq = int_tol**2
+        # small all-integer models (the common case): snap and compare in plain Python around a single
+        # product [A; I] z. Right after a solve every numpy call runs cold, and reductions cost most
+        self._small = isinstance(self._A, np.ndarray) and form.n_cols <= SMALL and self._all_integer
+        if self._small:
+            self._AI = np.vstack([self._A, np.eye(form.n_cols)])  # [A; I]   [rows + cols, cols]
+            self._lo = [*form.row_lb.tolist(), *form.col_lb.tolist()]
+            self._hi = [*form.row_ub.tolist(), *form.col_ub.tolist()]
 
     def __call__(self, values: Any, owner: str, *, integral: bool = False) -> np.ndarray:
         """Check ``values`` (``(n_cols,)``) and return them as float64, integer columns snapped.
@@ -88,6 +96,8 @@ class FeasibilityCheck:
         Raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] naming the violated
         constraint row or variable.
         """
+        if self._small:
+            return self._small_check(values, owner, integral)
         x = np.array([*values, 1.0], dtype=np.float64)  # [x; 1]: the fast path's product   [n_cols + 1]
         if not integral:
             if self._all_integer:
@@ -104,11 +114,32 @@ class FeasibilityCheck:
             self._slow(x[:-1], owner)
         return x[:-1]
 
+    def _small_check(self, values: Any, owner: str, integral: bool) -> np.ndarray:
+        if integral:
+            z = np.array(values, dtype=np.float64)  # [n_cols]
+        else:
+            try:
+                snapped = [round(v) for v in values]  # ints: no −0.0
+            except (ValueError, OverflowError):  # NaN or inf
+                snapped = None
+            if snapped is None or max(map(abs, map(operator.sub, values, snapped))) > self.int_tol:
+                x = np.asarray(values, dtype=np.float64)
+                self._fractional(values, np.abs(x - np.rint(x)), owner)  # raises unless within relative tol
+                z = np.rint(x) + 0.0
+            else:
+                z = np.array(snapped, dtype=np.float64)
+        for a, lo, hi in zip((self._AI @ z).tolist(), self._lo, self._hi):  # A z and z against their bounds
+            if not lo <= a <= hi:  # (`not`: NaN fails too)
+                self._slow(z, owner)
+                break
+        return z
+
     def _fractional(self, values: Any, off: np.ndarray, owner: str) -> None:
         """The fast integrality test failed: test each integer column (relative to the largest value)."""
         if not self._all_integer:
             off = off[self._int_cols]
         if off.max() <= self.int_tol * max(1.0, float(np.max(np.abs(np.asarray(values, dtype=np.float64))))):
+            # (NaN fails this test)
             return  # a large value: its integrality tolerance is relative
         j = int(np.argmax(off))
         j = j if self._all_integer else int(self._int_cols[j])
