@@ -13,6 +13,7 @@ from ._lazy import lazy_exports
 from .errors import (
     ImleSolversError,
     InfeasibleError,
+    InvalidSolutionError,
     InvalidWeightsError,
     MissingExtraError,
     NegativeCycleError,
@@ -71,6 +72,7 @@ __all__ = [
     "Gumbel",
     "ImleSolversError",
     "InfeasibleError",
+    "InvalidSolutionError",
     "InvalidWeightsError",
     "MapOracle",
     "Matching",

@@ -13,6 +13,7 @@ Hierarchy::
     ├── SolverTimeoutError       (also a TimeoutError)  time limit hit with no usable answer
     ├── NegativeCycleError                              shortest path with a negative cycle
     ├── WorkerCrashedError                              a pool worker died mid-call
+    ├── InvalidSolutionError                            a solver's state violates the declared model
     └── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
 
     UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "ImleSolversError",
     "InfeasibleError",
+    "InvalidSolutionError",
     "InvalidWeightsError",
     "MissingExtraError",
     "NegativeCycleError",
@@ -116,6 +118,18 @@ class NegativeCycleError(ImleSolversError):
 
 class WorkerCrashedError(ImleSolversError):
     """A pool worker process died (killed, segfaulted) while solving the given rows."""
+
+
+class InvalidSolutionError(ImleSolversError):
+    """A solver returned a state that violates the declared constraints, bounds or integrality.
+
+    Raised by the ILP adapters' solution check instead of handing back a wrong state (numerical trouble
+    in the solver, e.g. coefficients far apart in magnitude). ``.constraint`` is the first violated
+    constraint row (``None`` for a bound or integrality violation), ``.violation`` by how much.
+    """
+
+    constraint: int | None = None
+    violation: float = 0.0
 
 
 class MissingExtraError(ImleSolversError, ImportError):

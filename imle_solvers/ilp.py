@@ -65,8 +65,11 @@ class ILP(MapOracle):
     Raises
     ------
     ValueError
-        At construction, for inconsistent shapes, NaN entries, lower > upper bounds, an unknown back
-        end, or a model the back end cannot take (CP-SAT: continuous or unbounded variables).
+        At construction, for inconsistent shapes, NaN entries, a ``b_ub`` entry ``-inf``, lower > upper
+        bounds, an unknown back end, or a model the back end cannot represent faithfully (CP-SAT:
+        continuous or unbounded variables, integers beyond 64 bits once a row is scaled exactly;
+        HiGHS: coefficients of one row too far apart in magnitude); the message names the row or
+        variable.
     MissingExtraError
         When the back end's package is not installed (extra ``cpsat`` or ``pulp``).
 
@@ -76,6 +79,10 @@ class ILP(MapOracle):
     [`UnboundedError`][imle_solvers.errors.UnboundedError] (``"cbc"``/``"highs"``; CP-SAT needs finite
     bounds) and
     [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a feasible state).
+    Every state is checked against the declared rows (tolerance relative to each row's scale),
+    bounds and integrality; a violation raises
+    [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of returning it.
+    Ctrl-C during a solve on the main thread raises ``KeyboardInterrupt`` at once on every back end.
     Negative weights
     are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
     ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).

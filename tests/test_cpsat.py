@@ -85,7 +85,7 @@ def test_constructor_from_cp_model_with_auxiliary_variables() -> None:
     np.testing.assert_array_equal(oracle.solve(np.array([1.0, 2.0, 0.5, 3.0])), [1, 1, 1, 1])
 
 
-def test_model_built_once_and_previous_solution_hinted() -> None:
+def test_model_built_once_and_hint_only_on_request() -> None:
     model, x = _exactly(2, 5)
     oracle = CPSATOracle(model, x)
     proto = oracle._state().proto
@@ -93,11 +93,16 @@ def test_model_built_once_and_previous_solution_hinted() -> None:
     np.testing.assert_array_equal(z1, [0, 1, 0, 1, 0])
     assert oracle._state().proto is proto  # no rebuild, only the objective changed
     assert len(proto.constraints) == 1
-    assert list(proto.solution_hint.values) == [0, 1, 0, 1, 0]
-    z2 = oracle.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
+    assert list(proto.solution_hint.values) == []  # no hint by default: ties do not depend on history
+    hinted = CPSATOracle(model, x, hint=True)
+    hinted.solve(np.array([3.0, -1.0, 2.0, -2.0, 0.0]))
+    hint = hinted._state().proto.solution_hint
+    assert list(hint.values) == [0, 1, 0, 1, 0]
+    z2 = hinted.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
     np.testing.assert_array_equal(z2, [1, 0, 1, 0, 0])
-    assert list(proto.solution_hint.values) == [1, 0, 1, 0, 0]
-    assert list(proto.objective.coeffs) == oracle.scaled_costs(np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
+    assert list(hint.values) == [1, 0, 1, 0, 0]
+    assert list(hinted._state().proto.objective.coeffs) == hinted.scaled_costs(
+        np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
 
 
 def test_scaled_costs_resolution_and_zero_weights() -> None:

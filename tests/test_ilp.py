@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 import warnings
 
 import numpy as np
@@ -13,10 +19,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from imle_solvers import ILP, IMLE, NoNoise, hamming_loss
+from imle_solvers import ILP, IMLE, NoNoise, PerturbedTarget, hamming_loss
 from imle_solvers.adapters import CPSATOracle, PulpOracle
 from imle_solvers.errors import (
+    ImleSolversError,
     InfeasibleError,
+    InvalidSolutionError,
     InvalidWeightsError,
     SolverTimeoutError,
     UnboundedError,
@@ -158,7 +166,16 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
         ({"c_size": 3, "integer": False, "backend": "cpsat"}, "continuous"),
         ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
-        ({"c_size": 2, "A_ub": [[1 / 3, 1]], "b_ub": [1], "backend": "cpsat"}, "not integers"),
+        # issue repros: raw pybind RuntimeError / TypeError before, a ValueError naming the row/variable now
+        ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
+        ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
+        ({"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},
+         "row 0: .*64-bit"),
+        ({"c_size": 2, "A_ub": [[1e16, 1]], "b_ub": [2], "backend": "highs"},
+         "HiGHS rejected the constraint rows .*at/below tolerance"),  # HiGHS's own words, not hidden
+        # A_ub z ≤ -inf: the same error on every back end (CBC wrote no solution file, the others [1, 1])
+        *[({"c_size": 2, "A_ub": [[1, 1], [1, 0]], "b_ub": [1, -np.inf], "backend": b}, r"b_ub\[1\] is -inf")
+          for b in ("cpsat", "cbc", "highs")],
     ],
 )
 def test_bad_declarations_raise_at_construction(kwargs: dict[str, object], match: str) -> None:
@@ -263,7 +280,7 @@ def test_sgd_reduces_hamming_loss_to_a_target(backend: str) -> None:
     costs = torch.zeros(9, dtype=torch.float64)
     costs[[0, 4, 8]] = -1.0  # the identity is optimal at the start
     costs.requires_grad_(True)
-    layer = IMLE(oracle, noise=NoNoise())
+    layer = IMLE(oracle, noise=NoNoise(), target=PerturbedTarget(10.0))  # the blackbox rule, λ = 10
     optim = torch.optim.SGD([costs], lr=1.0)
     losses = []
     for _ in range(6):
@@ -311,3 +328,277 @@ def test_solver_pool_ships_every_backend(pool_backend: str) -> None:
         with pytest.raises(InfeasibleError) as err:
             pool.solve_batch(infeasible, np.zeros((4, 3)))
         assert err.value.rows and 0 <= err.value.rows[0] < 4
+        workers = pool.worker_pids() if pool_backend == "process" else [os.getpid()]
+    # CBC's scratch directories went with each call (one leaked per worker per pool under forkserver)
+    from imle_solvers.adapters.pulp import scratch_root
+
+    root = scratch_root() or tempfile.gettempdir()
+    assert not [n for n in os.listdir(root) if any(n.startswith(f"imle-cbc-{pid}-") for pid in workers)]
+
+
+# ------------------------------------------------------- Ctrl-C, stopped solves, processes left behind
+# Each scenario runs in a child interpreter (as the pool's Ctrl-C test does): a stray SIGINT must not stop the
+# test run. The instance is a market-split ILP that no back end solves in under a minute.
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_HARD = """
+import os, signal, sys, threading, time
+import numpy as np
+sys.path.insert(0, os.getcwd())
+from tests._ilp_cases import market_split
+from imle_solvers import ILP
+
+A, b = market_split(5, 40)
+w = np.random.default_rng(0).normal(size=40)
+oracles = {name: ILP(40, A_eq=A, b_eq=b, backend=name) for name in ("cpsat", "highs", "cbc")}
+
+
+def ctrl_c(after):
+    timer = threading.Timer(after, signal.pthread_kill, args=(threading.main_thread().ident, signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def cbc_children():
+    mine = f"imle-cbc-{os.getpid()}-"
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if mine.encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+"""
+
+_SERIAL = _HARD + """
+for name, oracle in oracles.items():
+    ctrl_c(0.5)
+    t0 = time.perf_counter()
+    try:
+        oracle.solve(w)
+    except KeyboardInterrupt:
+        print(name, "interrupted", time.perf_counter() - t0 < 3.0, flush=True)
+    else:
+        sys.exit(f"{name}: not interrupted")
+    time.sleep(0.2)
+    assert cbc_children() == [], "a cbc process survived Ctrl-C"
+ctrl_c(0.2)
+try:
+    time.sleep(5)  # CP-SAT's own SIGINT handler used to leave SIGINT at SIG_DFL: Ctrl-C then killed Python
+except KeyboardInterrupt:
+    print("ok", flush=True)
+# last: a CBC solve on a thread, then the parent SIGKILLs this process
+threading.Thread(target=oracles["cbc"].solve, args=(w,), daemon=True).start()
+while not cbc_children():
+    time.sleep(0.05)
+print(os.getpid(), *cbc_children(), flush=True)
+time.sleep(60)
+"""
+
+_THREADS = _HARD + """
+from concurrent.futures import ThreadPoolExecutor
+
+pool = ThreadPoolExecutor(3)
+futures = [pool.submit(oracle.solve, w) for oracle in oracles.values()]
+print(os.getpid(), flush=True)
+ctrl_c(0.5)
+futures[0].result()  # Ctrl-C ends the program: the solves stop with it and the interpreter exits
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cbc_of(owner: int) -> list[int]:
+    """CBC processes started by process ``owner`` (their model file is in its scratch directory)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if f"imle-cbc-{owner}-".encode() in fh.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc; PR_SET_PDEATHSIG")
+def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _SERIAL], cwd=_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline().split() for _ in range(5)]
+        assert lines[:4] == [["cpsat", "interrupted", "True"], ["highs", "interrupted", "True"],
+                             ["cbc", "interrupted", "True"], ["ok"]], lines
+        owner, *children = (int(p) for p in lines[4])
+        assert children and all(_alive(c) for c in children)
+        proc.kill()  # SIGKILL: no cleanup code runs in the owner
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while any(_alive(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(c) for c in children), "cbc outlived its owner"
+    finally:
+        proc.kill()
+        proc.wait()
+    from imle_solvers.adapters.pulp import _sweep, scratch_root
+
+    root = scratch_root() or tempfile.gettempdir()
+    _sweep(root)  # what the next process to run CBC does: the killed owner's directory goes
+    assert not [n for n in os.listdir(root) if n.startswith(f"imle-cbc-{owner}-")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc")
+def test_ctrl_c_with_solves_on_threads_ends_the_program() -> None:
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", _THREADS], cwd=_ROOT, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    # CP-SAT used to abort here (std::bad_function_call, rc 134) and HiGHS/CBC to keep the interpreter
+    # alive until their solves ended; now the solves stop at shutdown, long before they would finish
+    assert done.returncode in (1, 130, -signal.SIGINT), done.stdout + done.stderr
+    assert "bad_function_call" not in done.stderr and "KeyboardInterrupt" in done.stderr
+    assert time.perf_counter() - t0 < 60
+    time.sleep(0.2)
+    assert _cbc_of(int(done.stdout.split()[0])) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc")
+def test_stop_solves_stops_solves_on_threads_through_the_solvers_apis() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from imle_solvers.adapters._interrupt import stop_solves
+
+    A, b = market_split(5, 40)
+    w = np.random.default_rng(0).normal(size=40)
+    oracles = [ILP(40, A_eq=A, b_eq=b, backend=name) for name in ("cpsat", "highs", "cbc")]
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(o.solve, w) for o in oracles]
+        deadline = time.monotonic() + 10
+        while not _cbc_of(os.getpid()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        assert stop_solves() == 3  # what a pool giving up on its threads (or the interpreter's exit) calls
+        for future in futures:
+            with pytest.raises(ImleSolversError, match="stopped"):
+                future.result(timeout=10)
+        assert time.perf_counter() - t0 < 5
+    assert _cbc_of(os.getpid()) == []
+    from imle_solvers.adapters import _interrupt
+
+    assert _interrupt._active == {}  # nothing stays registered; later solves run normally
+    for name in BACKENDS:
+        small = ILP(2, A_ub=[[1, 1]], b_ub=[1], backend=name)
+        assert small.solve(np.array([-1.0, 0.0])).tolist() == [1.0, 0.0]
+
+
+# ---------------------------------------------------------------- no silently wrong state
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("row", "rhs"),
+    [
+        ([4e-7, 4e-7], 5e-7),  # CP-SAT rounded the coefficients to 0 and returned [1, 1]
+        ([1e16, 1e16], 1e16),  # HiGHS rejected the row silently and returned [1, 1]
+        ([1.0000001, 1.0], 2.0),  # CBC: UnboundedError; CP-SAT and HiGHS: [1, 1] (2.0000001 > 2)
+        ([1e15, 1e15], 1.5e15),
+        ([0.1, 0.2], 0.3),  # feasible in decimals; 0.1 + 0.2 > 0.3 in floats only by rounding
+    ],
+)
+def test_badly_scaled_rows_give_the_right_state(backend: str, row: list[float], rhs: float) -> None:
+    ilp = ILP(2, A_ub=[row], b_ub=[rhs], sense="max", backend=backend)
+    z = ilp.solve(np.array([1.0, 1.5]))
+    expected = [1.0, 1.0] if row == [0.1, 0.2] else [0.0, 1.0]
+    assert z.tolist() == expected
+
+
+def test_cbc_calls_a_bounded_model_it_cannot_solve_a_solver_failure_not_unbounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers.adapters.pulp import _CbcEngine
+
+    ilp = ILP(2, A_ub=[[1.0, 1.0]], b_ub=[1.0], sense="max", backend="cbc")
+    engine = ilp.oracle._engine  # type: ignore[attr-defined]
+    parse = _CbcEngine._parse
+    calls: list[str] = []
+
+    def wrong_once(raw: str):  # type: ignore[no-untyped-def]
+        calls.append(raw)
+        return ("infeasible", None, "Integer infeasible") if len(calls) == 1 else parse(raw)
+
+    monkeypatch.setattr(engine, "_parse", wrong_once)
+    with pytest.raises(ImleSolversError, match="numerical trouble") as info:
+        ilp.solve_batch(np.array([[1.0, 2.0]]))
+    assert not isinstance(info.value, UnboundedError) and info.value.rows == (0,)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_state_is_checked_against_the_declared_model(backend: str) -> None:
+    from imle_solvers.adapters._check import FeasibilityCheck
+    from imle_solvers.adapters._linear import LinearForm
+
+    ilp = ILP(3, A_ub=[[1, 1, 1]], b_ub=[2], sense="max", backend=backend)
+    assert ilp.solve_batch(np.ones((2, 3))).sum(axis=1).tolist() == [2.0, 2.0]
+    # the solver sees "≤ 2", the check a stricter declared row "≤ 1": every state it returns violates it
+    stricter = FeasibilityCheck(LinearForm.from_matrices(3, A_ub=[[1, 1, 1]], b_ub=[1]))
+    ilp.oracle._check = stricter  # type: ignore[attr-defined]
+    with pytest.raises(InvalidSolutionError, match="constraint row 0 is violated") as info:
+        ilp.solve_batch(np.array([[0.0, 0.0, -1.0], [1.0, 1.0, 1.0]]))
+    assert info.value.rows == (1,) and info.value.constraint == 0 and info.value.violation == 1.0
+
+
+def test_feasibility_check_is_relative_to_each_row() -> None:
+    from imle_solvers.adapters._check import FeasibilityCheck
+    from imle_solvers.adapters._linear import LinearForm
+
+    for scale in (4e-7, 1.0, 4e6):  # 4e-7·x ≤ 5e-7 is held to the standard of 4·x ≤ 5
+        check = FeasibilityCheck(LinearForm.from_matrices(2, A_ub=[[scale, scale]], b_ub=[1.25 * scale]))
+        assert check([1.0, 0.0], "t").tolist() == [1.0, 0.0]
+        with pytest.raises(InvalidSolutionError, match="row 0"):
+            check([1.0, 1.0], "t")
+    check = FeasibilityCheck(LinearForm.from_matrices(2, A_ub=[[0.1, 0.2]], b_ub=[0.3]))
+    assert check([1.0, 1.0], "t").tolist() == [1.0, 1.0]  # float rounding (0.1 + 0.2 > 0.3) is no violation
+    check = FeasibilityCheck(LinearForm.from_matrices(2, A_eq=[[1, 1]], b_eq=[1], bounds=(0, 1)))
+    assert check([1.0 - 1e-9, -0.0], "t").tolist() == [1.0, 0.0]  # snapped, no −0
+    with pytest.raises(InvalidSolutionError, match="fractional"):
+        check([0.5, 0.5], "t")
+    with pytest.raises(InvalidSolutionError, match="outside its bounds"):
+        check([2.0, -1.0], "t")
+    with pytest.raises(InvalidSolutionError, match="nan"):
+        check([np.nan, 1.0], "t")
+    lp = FeasibilityCheck(LinearForm.from_matrices(2, A_eq=[[1, 1]], b_eq=[1], integer=False))
+    assert lp([0.5 + 1e-9, 0.5], "t").tolist() == [0.5 + 1e-9, 0.5]  # continuous: solver tolerance allowed
+    with pytest.raises(InvalidSolutionError):
+        lp([0.5 + 1e-4, 0.5], "t")
+
+
+def test_cpsat_subnormal_weights() -> None:
+    ilp = ILP(2, A_ub=[[1, 1]], b_ub=[1], sense="max")
+    assert ilp.solve(np.array([1e-310, 0.0])).tolist() == [1.0, 0.0]  # was OverflowError
+    assert ilp.solve(np.array([-1e-310, 3e-310])).tolist() == [0.0, 1.0]
+
+
+def test_cpsat_ties_do_not_depend_on_the_previous_call() -> None:
+    A, b = assignment(4)
+    tie = np.ones(16)  # every assignment is optimal
+    rng = np.random.default_rng(0)
+    previous = rng.uniform(0, 1, size=(6, 16))
+    fresh = ILP(16, A_eq=A, b_eq=b).solve(tie)
+    ilp = ILP(16, A_eq=A, b_eq=b)
+    for w in previous:
+        ilp.solve(w)
+        assert ilp.solve(tie).tolist() == fresh.tolist()
+    hinted = ILP(16, A_eq=A, b_eq=b, hint=True)
+    answers = set()
+    for w in previous:  # with the hint the tie follows the previous answer: why it is off by default
+        hinted.solve(w)
+        answers.add(tuple(hinted.solve(tie).tolist()))
+    assert len(answers) > 1

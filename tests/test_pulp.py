@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pulp
@@ -59,19 +62,37 @@ def test_cbc_objective_changes_between_calls() -> None:
     assert feasible.solve(np.array([2.0, 1.0, 0.0])).tolist() == [0.0, 0.0, 1.0]
 
 
-def test_cbc_scratch_directory_per_process_and_cleanup() -> None:
+def _scratch_dirs() -> set[str]:
+    from imle_solvers.adapters.pulp import scratch_root
+
+    root = scratch_root() or tempfile.gettempdir()
+    return {name for name in os.listdir(root) if name.startswith("imle-cbc-")}
+
+
+def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() -> None:
+    import imle_solvers.adapters.pulp as pulp_module
+
+    before = _scratch_dirs()
     oracle = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max", backend="cbc")
     assert oracle.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
-    engine = oracle.oracle._engine  # type: ignore[attr-defined]
-    directory = engine._dir
-    assert directory is not None and os.listdir(directory) == [f for f in os.listdir(directory)
-                                                                if f.endswith(".mps")]
     copy = pickle.loads(pickle.dumps(oracle))
-    assert copy.oracle._engine._dir is None  # type: ignore[attr-defined]
     assert copy.solve(np.array([3.0, 4.0, 5.0, 1.0])).tolist() == [1.0, 1.0, 0.0, 0.0]
-    assert copy.oracle._engine._dir != directory  # type: ignore[attr-defined]
-    oracle.oracle.close()  # type: ignore[attr-defined]
-    assert not os.path.exists(directory)
+    mine = f"imle-cbc-{os.getpid()}-"
+    assert not [n for n in _scratch_dirs() - before if n.startswith(mine)]  # nothing left by a finished call
+    # a process killed in the middle of a call leaves its directory behind: the next process to run CBC
+    # removes it (and only the directories of processes that no longer exist)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    root = pulp_module.scratch_root() or tempfile.gettempdir()
+    left = tempfile.mkdtemp(prefix=f"imle-cbc-{dead.pid}-", dir=root)
+    alive = tempfile.mkdtemp(prefix=f"imle-cbc-{os.getppid()}-", dir=root)
+    try:
+        pulp_module._SWEPT = -1  # as in a fresh process
+        oracle.solve(np.array([3.0, 4.0, 5.0, 1.0]))
+        assert not os.path.exists(left) and os.path.isdir(alive)
+    finally:
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(left, ignore_errors=True)
 
 
 @pytest.mark.parametrize("solver", ["cbc", "highs"])

@@ -16,6 +16,8 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Sequence
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -186,6 +188,10 @@ class LinearForm:
             b = _as_rhs(b_name, rhs, a.shape[0], a_name)
             if kind == "eq" and not np.isfinite(b).all():
                 raise ValueError(f"{b_name} must be finite (an equality with an infinite right-hand side)")
+            if (b == -np.inf).any():
+                i = int(np.flatnonzero(b == -np.inf)[0])
+                raise ValueError(f"{b_name}[{i}] is -inf: no state satisfies {a_name}[{i}] z ≤ -inf "
+                                 "(use +inf for a row without a bound)")
             blocks.append(a)
             ubs.append(b)
             lbs.append(b.copy() if kind == "eq" else np.full(b.shape, -np.inf))
@@ -284,27 +290,48 @@ class LinearForm:
             total += float(self.row_ub[i])
         return total if bool(covered[live].all()) and live.any() else None
 
-    def integral_rows(self) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-        """Rows scaled by a power of ten to integer coefficients, with bounds rounded inwards.
+    def integral_rows(self, limit: int = 2**62) -> tuple[list[list[int]], list[int | None], list[int | None]]:
+        """Each row scaled exactly to integer coefficients, its bounds rounded inwards.
 
-        For integer variables ``A x`` is then an integer, so ``A x ≤ b`` ⇔ ``A x ≤ ⌊b⌋``. Raises
-        ``ValueError`` for a row that needs more than 9 decimal digits (CP-SAT is integer-only).
+        Every coefficient and bound is read as the shortest decimal that prints it (``repr``: ``4e-07``
+        is ``4/10⁷``, ``0.1`` is ``1/10``); a row is multiplied by the least common denominator of its
+        coefficients and divided by their greatest common divisor, so no coefficient is rounded. For
+        integer variables ``A x`` is then an integer, so ``A x ≤ b`` ⇔ ``A x ≤ ⌊b⌋``.
+
+        Returns the integer coefficients of each row (in ``A``'s CSR order) and the scaled bounds
+        (``None``: no bound). Raises ``ValueError`` naming the row when a scaled coefficient or bound
+        exceeds ``limit`` in magnitude (CP-SAT works in 64-bit integers).
         """
-        A = self.A.copy()
-        lb, ub = self.row_lb.copy(), self.row_ub.copy()
+        A = self.A
+        coefs: list[list[int]] = []
+        lbs: list[int | None] = []
+        ubs: list[int | None] = []
         for i in range(self.n_rows):
-            start, stop = A.indptr[i], A.indptr[i + 1]
-            vals = A.data[start:stop]
-            for digits in range(10):
-                mult = 10.0**digits
-                scaled = vals * mult
-                if np.allclose(scaled, np.rint(scaled), rtol=0, atol=1e-6):
-                    break
+            vals = A.data[A.indptr[i]:A.indptr[i + 1]]
+            if vals.size and np.all(vals == np.rint(vals)) and np.abs(vals).max() <= limit:
+                ints = [int(v) for v in vals.tolist()]  # integer already: the common case, no fractions
+                scale = Fraction(1)
             else:
-                raise ValueError(f"row {i} has coefficients that are not integers (nor decimals with ≤ 9 "
-                                 "digits); CP-SAT needs integer coefficients: scale the row or use "
-                                 "backend='highs'")
-            A.data[start:stop] = np.rint(scaled)
-            lb[i] = math.ceil(lb[i] * mult - 1e-9) if np.isfinite(lb[i]) else -np.inf
-            ub[i] = math.floor(ub[i] * mult + 1e-9) if np.isfinite(ub[i]) else np.inf
-        return A, lb, ub
+                fracs = [_decimal(v) for v in vals.tolist()]
+                denominator = math.lcm(*(f.denominator for f in fracs)) if fracs else 1
+                ints = [int(f * denominator) for f in fracs]
+                divisor = math.gcd(*ints) if ints else 1
+                ints = [v // divisor for v in ints]
+                scale = Fraction(denominator, divisor or 1)
+            lb = math.ceil(_decimal(self.row_lb[i]) * scale) if np.isfinite(self.row_lb[i]) else None
+            ub = math.floor(_decimal(self.row_ub[i]) * scale) if np.isfinite(self.row_ub[i]) else None
+            big = max([abs(v) for v in ints] + [abs(b) for b in (lb, ub) if b is not None], default=0)
+            if big > limit:
+                raise ValueError(
+                    f"row {i}: scaled exactly to integers (CP-SAT is integer-only), its coefficients or "
+                    f"bounds reach {big:.3g}, beyond CP-SAT's 64-bit range (limit {limit:.3g}); rescale the "
+                    "row or use backend='highs'")
+            coefs.append(ints)
+            lbs.append(lb)
+            ubs.append(ub)
+        return coefs, lbs, ubs
+
+
+def _decimal(value: float) -> Fraction:
+    """The shortest decimal that prints ``value``, as an exact fraction (``0.1`` → ``1/10``)."""
+    return Fraction(Decimal(repr(float(value))))

@@ -17,19 +17,23 @@ import numpy as np
 
 from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
 from ..oracle import MapOracle
+from ._check import FeasibilityCheck
+from ._interrupt import solving
 from ._linear import SMALL, LinearForm, check_single, unproven
 
 __all__ = ["CPSATOracle"]
 
 _MAX_OBJECTIVE = 2.0**60  # |Σ q_i z_i| must stay well inside int64 for CP-SAT's objective domain
+_MAX_BOUND = 2**53  # variable bounds: integers a float holds exactly
+_MAX_ACTIVITY = 2**62  # Σ_j |a_ij| · max|x_j| of a row: CP-SAT rejects a row that could overflow int64
 
 
 class CPSATOracle(MapOracle):
     """MAP oracle over an OR-Tools CP-SAT model (paper, eq. 3: ``MAP(θ) = argmax_{z ∈ C} ⟨z, θ⟩``).
 
     The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each `solve`
-    only rewrites the objective coefficients in the model's proto and hands CP-SAT the previous
-    solution as a hint. Any objective the model already has is discarded.
+    only rewrites the objective coefficients in the model's proto. Any objective the model already
+    has is discarded.
 
     Parameters
     ----------
@@ -53,7 +57,9 @@ class CPSATOracle(MapOracle):
         with an [`UnprovenSolutionWarning`][imle_solvers.errors.UnprovenSolutionWarning], ``True`` raises
         [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     hint
-        Hint the previous solution to CP-SAT (default ``True``).
+        Hint the previous solution to CP-SAT (default ``False``). With one worker CP-SAT is
+        deterministic, so without a hint equal weights give the same state whatever was solved
+        before; a hint makes ties depend on the previous call.
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical state if known (used by ``SumOfGamma(k=None)``).
     parameters
@@ -71,7 +77,17 @@ class CPSATOracle(MapOracle):
     ``⟨c, z*⟩ ≤ min_{z ∈ C} ⟨c, z⟩ + max|c| · ‖U‖₁ / R``          (`objective_tolerance`).
 
     For 0/1 variables ``‖U‖₁ = m``: with the default ``R = 2**20`` and ``m = 40`` the gap is below
-    ``4·10⁻⁵ · max|c|``. Equal weights stay equal after scaling, so ties are kept.
+    ``4·10⁻⁵ · max|c|``. Equal weights stay equal after scaling, so ties are kept, and broken the same
+    way on every call with the same weights (one worker, no hint).
+
+    **Checked states.** An oracle built by [`ILP`][imle_solvers.ILP] checks every state against the
+    declared rows and bounds (``FeasibilityCheck``) and raises
+    [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] rather than return a violating
+    one. A model given as a ``CpModel`` is solved in CP-SAT's exact integer arithmetic, unchecked.
+
+    **Ctrl-C.** CP-SAT's own SIGINT handler is switched off (it would replace Python's); a solve is
+    stopped with ``stop_search`` instead: Ctrl-C during a solve on the main thread raises
+    ``KeyboardInterrupt`` at once, and solves on other threads stop when the main thread ends.
 
     **Pickling and threads.** The model travels as its text-format proto and is rebuilt lazily on
     first use, so the oracle can be shipped to process-pool workers. Each thread solves on its own
@@ -100,7 +116,7 @@ class CPSATOracle(MapOracle):
         time_limit: float | None = None,
         workers: int = 1,
         strict: bool = False,
-        hint: bool = True,
+        hint: bool = False,
         expected_nonzeros: float | None = None,
         parameters: dict[str, Any] | None = None,
     ) -> None:
@@ -147,6 +163,7 @@ class CPSATOracle(MapOracle):
         self._lock = threading.Lock()
         self._local = threading.local()
         self._base: Any = self._make_base(model)
+        self._check: FeasibilityCheck | None = None  # set by from_linear_form
 
     # ------------------------------------------------------------------ model handling
     def _make_base(self, source: Any) -> Any:
@@ -184,6 +201,7 @@ class CPSATOracle(MapOracle):
                 model.proto.copy_from(self._base.proto)
             params = cmh.SatParameters()  # type: ignore[attr-defined]
             params.num_workers = self.workers
+            params.catch_sigint_signal = False  # its handler would replace Python's; stop_search instead
             if self.time_limit is not None:
                 params.max_time_in_seconds = float(self.time_limit)
             for key, value in self.parameters.items():
@@ -226,25 +244,38 @@ class CPSATOracle(MapOracle):
             raise ValueError(f"CP-SAT needs finite bounds on every variable; variable {j} "
                              f"({form.names[j]!r}) has [{form.col_lb[j]}, {form.col_ub[j]}]: give bounds "
                              "or use backend='highs'")
-        A, row_lb, row_ub = form.integral_rows()
+        big = np.maximum(np.abs(lo), np.abs(hi))  # max|x_j|   [cols]
+        if (big > _MAX_BOUND).any():
+            j = int(np.flatnonzero(big > _MAX_BOUND)[0])
+            raise ValueError(f"CP-SAT needs integer bounds within ±2**53; variable {j} ({form.names[j]!r}) "
+                             "has "
+                             f"[{form.col_lb[j]}, {form.col_ub[j]}]: tighten them or use backend='highs'")
+        coefs, row_lb, row_ub = form.integral_rows()
+        A = form.A
         model = cp_model.CpModel()  # type: ignore[attr-defined]
         if (lo > hi).any():  # an integer variable with no integer in its bounds: the model is infeasible
             hi = np.maximum(hi, lo)
             model.add_bool_or([])
         xs = [model.new_int_var(int(a), int(b), name) for a, b, name in zip(lo, hi, form.names)]
         lin = cp_model.LinearExpr  # type: ignore[attr-defined]
+        reach = [int(v) for v in big.tolist()]
         for i in range(form.n_rows):
-            start, stop = A.indptr[i], A.indptr[i + 1]
-            terms = [xs[j] for j in A.indices[start:stop]]
-            coefs = [int(v) for v in A.data[start:stop]]
-            lb = cp_model.INT_MIN if row_lb[i] == -np.inf else int(row_lb[i])  # type: ignore[attr-defined]
-            ub = cp_model.INT_MAX if row_ub[i] == np.inf else int(row_ub[i])  # type: ignore[attr-defined]
+            cols = A.indices[A.indptr[i]:A.indptr[i + 1]].tolist()
+            row = coefs[i]
+            if sum(abs(a) * reach[j] for a, j in zip(row, cols)) > _MAX_ACTIVITY:
+                raise ValueError(f"row {i}: scaled to integers, |coefficients| · |bounds| reach beyond "
+                                 "CP-SAT's 64-bit range: rescale the row or use backend='highs'")
+            low, high = row_lb[i], row_ub[i]
+            lb: int = cp_model.INT_MIN if low is None else low  # type: ignore[attr-defined]
+            ub: int = cp_model.INT_MAX if high is None else high  # type: ignore[attr-defined]
             if lb > ub:
-                model.add_bool_or([])  # an equality with a fractional rhs: no integer solution
+                model.add_bool_or([])  # e.g. an equality with a fractional rhs: no integer solution
                 continue
-            model.add_linear_constraint(lin.weighted_sum(terms, coefs), lb, ub)
+            model.add_linear_constraint(lin.weighted_sum([xs[j] for j in cols], row), lb, ub)
         kwargs.setdefault("expected_nonzeros", form.expected_nonzeros())
-        return cls(model, xs[: form.n_vars], sense, **kwargs)
+        oracle = cls(model, xs[: form.n_vars], sense, **kwargs)
+        oracle._check = FeasibilityCheck(form)  # the state is solution[:n_cols], in the form's column order
+        return oracle
 
     # ------------------------------------------------------------------ solving
     def objective_tolerance(self, weights: np.ndarray) -> float:
@@ -269,13 +300,18 @@ class CPSATOracle(MapOracle):
             if top == 0.0:
                 return [0] * len(wl)
             s = sign * self.resolution / top  # s = R / max|c|
+            if math.isinf(s):  # subnormal weights (max|c| < R / 1.8e308): normalise first
+                return [round(x / top * sign * self.resolution) for x in wl]
             return [round(x * s) for x in wl]  # round half to even, as np.rint
         if not checked:
             check_single(w, self.n_vars, "CPSATOracle")
         top = float(np.abs(w).max())
         if top == 0.0:
             return [0] * w.size
-        return np.rint(w * (sign * self.resolution / top)).astype(np.int64).tolist()  # q   [m]
+        s = sign * self.resolution / top
+        if math.isinf(s):  # subnormal weights: normalise first
+            return np.rint(w / top * (sign * self.resolution)).astype(np.int64).tolist()
+        return np.rint(w * s).astype(np.int64).tolist()  # q   [m]
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
         """Solve one ``(m,)`` instance; see the class notes for the optimality bound."""
@@ -290,14 +326,29 @@ class CPSATOracle(MapOracle):
         coeffs.extend(q)
         wrapper = local.wrapper_cls()
         wrapper.set_parameters(local.params)
-        response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model
+        stopped: list[bool] = []
+
+        def stop() -> None:
+            stopped.append(True)
+            wrapper.stop_search()  # CP-SAT's own interruption API: the solve returns what it has
+
+        with solving(stop):
+            response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model
+        if stopped:
+            if threading.current_thread() is threading.main_thread():
+                raise KeyboardInterrupt  # Ctrl-C (Python's handler raises it too, at the latest here)
+            raise ImleSolversError("CP-SAT: the solve was stopped (interpreter exit or stop_solves)")
         status = response.status
         codes = local.codes
         if status == codes.OPTIMAL or status == codes.FEASIBLE:
             solution = list(response.solution)
-            values = solution[: self.n_vars] if self._leading else [solution[i] for i in self._index_list]
+            values: Any
+            if self._check is not None:  # built from a LinearForm: the state is checked against it
+                values = self._check(solution, "CPSATOracle", integral=True)[: self.n_vars]
+            else:
+                values = solution[: self.n_vars] if self._leading else [solution[i] for i in self._index_list]
             if self.hint:
-                self._set_hint(local, values)
+                self._set_hint(local, [int(v) for v in values])
             if status == codes.FEASIBLE:
                 unproven("CPSATOracle", self.time_limit, self.strict)
             return np.array(values, dtype=np.float64)  # state   [m]

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -38,7 +39,9 @@ from ..errors import (
     require,
 )
 from ..oracle import MapOracle
-from ._linear import SMALL, LinearForm, check_single, unproven
+from ._check import FeasibilityCheck
+from ._interrupt import default_sigint, set_sigint, solving
+from ._linear import LinearForm, check_single, unproven
 
 __all__ = ["PulpOracle"]
 
@@ -47,12 +50,99 @@ __all__ = ["PulpOracle"]
 Outcome = tuple[str, "Sequence[float] | None", str]
 
 _CBC_PATH: str | None = None
+_CHILD: dict[str, Any] | None = None  # how CBC is started (`_child_options`)
+_SWEPT = -1  # pid of the process that last swept stale scratch directories
 
 
 def scratch_root() -> str | None:
     """Where CBC's model and solution files go: a RAM disk (``/dev/shm``) when there is one."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def _scratch_dir() -> str:
+    """A fresh scratch directory for one CBC call, named after this process.
+
+    The caller removes it; a process killed mid-call leaves one behind, which the next process to
+    start a CBC call removes (`_sweep`).
+    """
+    global _SWEPT
+    root = scratch_root()
+    if _SWEPT != os.getpid():
+        _SWEPT = os.getpid()
+        _sweep(root or tempfile.gettempdir())
+    return tempfile.mkdtemp(prefix=f"imle-cbc-{os.getpid()}-", dir=root)
+
+
+def _sweep(root: str) -> None:
+    """Remove the scratch directories of processes that no longer exist."""
+    try:
+        names = os.listdir(root)
+    except OSError:  # pragma: no cover - unreadable scratch root
+        return
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[:2] != ["imle", "cbc"] or not parts[2].isdigit():
+            continue
+        try:
+            os.kill(int(parts[2]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:  # alive, another user's
+            continue
+
+
+def _child_options() -> dict[str, Any]:
+    """How CBC is started so that it dies with this process (Linux: ``PR_SET_PDEATHSIG``).
+
+    Through util-linux's ``setpriv --pdeathsig KILL`` when it exists (an extra ``exec``, about 1 ms);
+    otherwise a ``preexec_fn`` calling ``prctl`` (correct, but it makes Python ``fork`` instead of
+    ``vfork``: tens of ms in a large process); elsewhere nothing.
+    """
+    global _CHILD
+    if _CHILD is None:
+        setpriv = shutil.which("setpriv")
+        if sys.platform.startswith("linux") and setpriv is not None and subprocess.run(
+                [setpriv, "--pdeathsig", "KILL", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, check=False).returncode == 0:
+            _CHILD = {"prefix": [setpriv, "--pdeathsig", "KILL"]}
+        elif sys.platform.startswith("linux"):
+            _CHILD = {"preexec_fn": _die_with_parent}
+        else:  # pragma: no cover - not Linux
+            _CHILD = {}
+    return _CHILD
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+
+
+def _run_child(args: list[str]) -> None:
+    """Run ``args`` to completion; the child is killed when this call is interrupted or stopped, or when
+    this process dies."""
+    options = dict(_child_options())
+    prefix = options.pop("prefix", [])
+    proc = subprocess.Popen([*prefix, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, **options)
+    stopped: list[bool] = []
+
+    def stop() -> None:
+        stopped.append(True)
+        proc.kill()
+
+    try:
+        with solving(stop):
+            proc.wait()
+    except BaseException:  # Ctrl-C on the main thread: no CBC left behind
+        proc.kill()
+        proc.wait()
+        raise
+    if stopped:
+        if threading.current_thread() is threading.main_thread():
+            raise KeyboardInterrupt
+        raise ImleSolversError("CBC: the solve was stopped (interpreter exit or stop_solves)")
 
 
 def _fmt(value: float) -> str:
@@ -72,10 +162,8 @@ class _CbcEngine:
         self.form = form
         self.time_limit = time_limit
         self._head, self._columns, self._tail = self._mps_parts(form)
-        self._dir: str | None = None
-        self._pid = -1
-        self._lock = threading.Lock()
-        self._finalizer: weakref.finalize | None = None
+        # an unbounded objective needs a variable without a bound (auxiliary columns included)
+        self.can_be_unbounded = not (np.isfinite(form.col_lb).all() and np.isfinite(form.col_ub).all())
 
     # -------------------------------------------------------------- MPS text, built once
     @staticmethod
@@ -160,52 +248,29 @@ class _CbcEngine:
             _CBC_PATH = path
         return _CBC_PATH
 
-    def _workdir(self) -> str:
-        """A scratch directory of this process (a forked or unpickled copy makes its own)."""
-        with self._lock:
-            if self._dir is None or self._pid != os.getpid():
-                self._dir = tempfile.mkdtemp(prefix="imle-cbc-", dir=scratch_root())
-                self._pid = os.getpid()
-                self._finalizer = weakref.finalize(self, shutil.rmtree, self._dir, True)
-            return self._dir
-
     def close(self) -> None:
-        """Remove the scratch directory (also done when the engine is garbage-collected)."""
-        if self._finalizer is not None and self._pid == os.getpid():
-            self._finalizer()
-        self._dir, self._finalizer = None, None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_dir=None, _pid=-1, _finalizer=None, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
+        """Nothing to release: each call removes its own scratch directory."""
 
     def solve(self, costs: np.ndarray) -> Outcome:
-        directory = self._workdir()
-        tag = threading.get_ident()  # threads of a pool solve side by side: one file pair each
-        mps_path = os.path.join(directory, f"model-{tag}.mps")
-        sol_path = os.path.join(directory, f"solution-{tag}.txt")
-        with open(mps_path, "w") as fh:
-            fh.write(self.mps(costs))
-        args = [self.binary(), mps_path]
-        if self.time_limit is not None:
-            args += ["timeMode", "elapsed", "sec", repr(float(self.time_limit))]  # wall clock, as elsewhere
-        args += ["branch", "solution", sol_path]
-        started = time.perf_counter()
+        directory = _scratch_dir()
+        mps_path = os.path.join(directory, "model.mps")
+        sol_path = os.path.join(directory, "solution.txt")
         try:
-            subprocess.run(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, check=False)
-            with open(sol_path) as fh:
-                raw = fh.read()
-        except FileNotFoundError:
-            return "error", None, "CBC wrote no solution file"
+            with open(mps_path, "w") as fh:
+                fh.write(self.mps(costs))
+            args = [self.binary(), mps_path, "integerTolerance", "1e-9"]  # CBC's 1e-7 accepts 0.9999999
+            if self.time_limit is not None:
+                args += ["timeMode", "elapsed", "sec", repr(float(self.time_limit))]  # wall clock
+            args += ["branch", "solution", sol_path]
+            started = time.perf_counter()
+            _run_child(args)
+            try:
+                with open(sol_path) as fh:
+                    raw = fh.read()
+            except FileNotFoundError:
+                return "error", None, "CBC wrote no solution file"
         finally:
-            os.remove(mps_path)  # fresh files every call: rewriting one in place can force a disk flush
-        os.remove(sol_path)
+            shutil.rmtree(directory, ignore_errors=True)
         outcome = self._parse(raw)
         if (outcome[0] == "infeasible" and self.time_limit is not None
                 and time.perf_counter() - started >= self.time_limit):
@@ -216,7 +281,11 @@ class _CbcEngine:
         if outcome[0] == "infeasible" and costs.any():
             # CBC may call an unbounded MIP "infeasible": a zero objective tells the two apart.
             if self.solve(np.zeros_like(costs))[0] == "optimal":
-                return "unbounded", None, outcome[2]
+                if self.can_be_unbounded:
+                    return "unbounded", None, outcome[2]
+                return "error", None, (f"CBC called the model infeasible ({outcome[2]!r}) but it has a "
+                                       "feasible "
+                                       "state: numerical trouble; rescale the model or use backend='highs'")
         return outcome
 
     @staticmethod
@@ -259,14 +328,38 @@ def _new_highs(highspy: Any) -> Any:
     return cls()
 
 
+class _HighsStop:
+    """What HiGHS's interrupt callback reads: set to stop the solve through HiGHS's own API."""
+
+    __slots__ = ("flag",)
+
+    def __init__(self) -> None:
+        self.flag = False
+
+
+def _highs_log(kind: Any, message: Any, data_out: Any, data_in: Any, log: list[str]) -> None:
+    log.append(str(message))
+
+
+def _highs_interrupt(kind: Any, message: Any, data_out: Any, data_in: Any, stop: _HighsStop) -> None:
+    if stop.flag and data_in is not None:
+        data_in.user_interrupt = True
+
+
 class _HighsEngine:
     """A ``highspy`` model built once (per thread) from a `LinearForm`; per call
-    ``changeColsCost`` + ``run``. Threads of a pool each get their own model."""
+    ``changeColsCost`` + ``run``. Threads of a pool each get their own model.
+
+    Rows are scaled by powers of two (exact) so that their largest coefficient is about 1: HiGHS
+    rejects coefficients above 10¹⁵ and checks feasibility with absolute tolerances, set here to
+    10⁻⁹ (its defaults, 10⁻⁶ and 10⁻⁷, accept ``1.0000001 + 1 ≤ 2``).
+    """
 
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
         self.form = form
         self.time_limit = time_limit
         self._local = threading.local()
+        self._build()  # at construction: a model HiGHS rejects raises here, not on the first solve
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -281,31 +374,62 @@ class _HighsEngine:
         highspy = require("highspy", "pulp")
         form = self.form
         h = _new_highs(highspy)
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("mip_rel_gap", 0.0)  # optimal, not within HiGHS's default 0.01 % gap
+        callbacks = highspy.cb.HighsCallbackType  # type: ignore[attr-defined]
+        log: list[str] = []  # HiGHS's own messages while the model is loaded: quoted if it complains
+        h.setOptionValue("log_to_console", False)
+        h.setCallback(_highs_log, log)
+        h.startCallback(callbacks.kCallbackLogging)
+        for option, value in (("output_flag", True), ("threads", 1),
+                              ("mip_rel_gap", 0.0),  # optimal, not within HiGHS's default 0.01 % gap
+                              ("mip_feasibility_tolerance", 1e-9), ("primal_feasibility_tolerance", 1e-9)):
+            h.setOptionValue(option, value)
         if self.time_limit is not None:
             h.setOptionValue("time_limit", float(self.time_limit))
-        h.addVars(form.n_cols, form.col_lb, form.col_ub)
+        ok = highspy.HighsStatus.kOk  # type: ignore[attr-defined]
+        self._complain(h.addVars(form.n_cols, form.col_lb, form.col_ub), ok, "the variable bounds", log)
         if form.integer.any():
             cols = np.flatnonzero(form.integer).astype(np.int32)
             kinds = np.array([highspy.HighsVarType.kInteger] * cols.size)  # type: ignore[attr-defined]
-            h.changeColsIntegrality(cols.size, cols, kinds)
+            self._complain(h.changeColsIntegrality(cols.size, cols, kinds), ok, "the integrality", log)
         A = form.A
         if form.n_rows:
-            h.addRows(form.n_rows, form.row_lb, form.row_ub, A.nnz, A.indptr[:-1].astype(np.int32),
-                      A.indices.astype(np.int32), A.data)
+            top = np.zeros(form.n_rows)
+            np.maximum.at(top, np.repeat(np.arange(form.n_rows), np.diff(A.indptr)), np.abs(A.data))
+            top[top == 0] = 1.0
+            scale = np.exp2(-np.round(np.log2(top)))  # 2^-k: exact   [rows]
+            data = A.data * np.repeat(scale, np.diff(A.indptr))
+            with np.errstate(invalid="ignore"):
+                lb, ub = form.row_lb * scale, form.row_ub * scale
+            self._complain(h.addRows(form.n_rows, lb, ub, A.nnz, A.indptr[:-1].astype(np.int32),
+                                     A.indices.astype(np.int32), data), ok, "the constraint rows", log)
+        h.stopCallback(callbacks.kCallbackLogging)
+        h.setOptionValue("output_flag", False)
+        stop = _HighsStop()
+        h.setCallback(_highs_interrupt, stop)
+        for kind in (callbacks.kCallbackSimplexInterrupt, callbacks.kCallbackIpmInterrupt,
+                     callbacks.kCallbackMipInterrupt):
+            h.startCallback(kind)
         self._cols = np.arange(form.n_vars, dtype=np.int32)
         self._status = highspy.HighsModelStatus  # type: ignore[attr-defined]
-        self._local.h = h
+        self._local.h, self._local.stop = h, stop
         return h
+
+    @staticmethod
+    def _complain(status: Any, ok: Any, what: str, log: list[str]) -> None:
+        if status != ok:
+            said = " ".join(line.strip() for line in log) or "no message"
+            raise ValueError(f"HiGHS rejected {what} ({status}; HiGHS: {said!r}). Each row is scaled by a "
+                             "power of two to a largest coefficient ≈ 1, after which HiGHS takes magnitudes "
+                             "within [1e-9, 1e15]: a row mixes coefficients too far apart; rescale the model")
 
     def solve(self, costs: np.ndarray) -> Outcome:
         h = getattr(self._local, "h", None)
         if h is None:
             h = self._build()
+        stop: _HighsStop = self._local.stop
+        stop.flag = False
         h.changeColsCost(self.form.n_vars, self._cols, costs)
-        h.run()
+        self._run(h, stop)
         status = h.getModelStatus()
         codes = self._status
         if status == codes.kOptimal:
@@ -322,6 +446,33 @@ class _HighsEngine:
             return "timeout", None, ""
         return "error", None, h.modelStatusToString(status)
 
+    @staticmethod
+    def _run(h: Any, stop: _HighsStop) -> None:
+        """``h.run()``, stopped through HiGHS's interrupt callback on Ctrl-C or `stop_solves`.
+
+        On the main thread Python's SIGINT handler is swapped for one that only sets the flag for the
+        duration: the default one would raise ``KeyboardInterrupt`` inside the callback, across C++.
+        """
+        def on_sigint(signum: int, frame: Any) -> None:
+            stop.flag = True
+
+        def stop_now() -> None:
+            stop.flag = True
+
+        swapped = default_sigint()
+        if swapped:
+            set_sigint(on_sigint)
+        try:
+            with solving(stop_now):
+                h.run()
+        finally:
+            if swapped:
+                set_sigint(signal.default_int_handler)
+        if stop.flag:
+            if threading.current_thread() is threading.main_thread():
+                raise KeyboardInterrupt
+            raise ImleSolversError("HiGHS: the solve was stopped (interpreter exit or stop_solves)")
+
     def _infeasible_or_unbounded(self, h: Any, costs: np.ndarray) -> str:
         """Tell them apart: with a zero objective a feasible model is optimal, an infeasible one is not."""
         h.changeColsCost(self.form.n_vars, self._cols, np.zeros_like(costs))
@@ -333,9 +484,9 @@ class _HighsEngine:
 class _PulpEngine:
     """Any PuLP solver object through PuLP itself: a private copy of the problem, objective set per call."""
 
-    def __init__(self, problem: Any, variables: Sequence[Any], solver: Any) -> None:
+    def __init__(self, problem: Any, names: Sequence[str], solver: Any) -> None:
         self._data = problem.toDict()
-        self._names = [v.name for v in variables]
+        self._names = list(names)  # every column of the form: the weighted variables first
         self.solver = solver
         self._problem: Any = None
 
@@ -399,10 +550,15 @@ class PulpOracle(MapOracle):
     -----
     `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
     [`UnboundedError`][imle_solvers.errors.UnboundedError] (objective unbounded for these weights) and
-    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit with no feasible state).
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit with no feasible state),
+    and [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] rather than return a state
+    that violates the model's rows, bounds or integrality (checked relative to each row's scale).
 
-    The oracle pickles without its ``highspy`` model or scratch directory; both are rebuilt on first
-    use in the receiving process.
+    CBC runs as a child process per call, killed on Ctrl-C and when this process dies (Linux); its
+    files live in a scratch directory of their own, removed when the call ends.
+
+    The oracle pickles without its ``highspy`` model, which is rebuilt on first use in the receiving
+    process.
 
     Examples
     --------
@@ -433,7 +589,7 @@ class PulpOracle(MapOracle):
         if not isinstance(solver, str):
             if not isinstance(solver, pulp.LpSolver):  # type: ignore[attr-defined]
                 raise TypeError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
-            engine = _PulpEngine(problem, variables, solver)
+            engine = _PulpEngine(problem, form.names, solver)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine)
 
     def _init(self, form: LinearForm, solver: Any, sense: str, time_limit: float | None, strict: bool,
@@ -459,9 +615,7 @@ class PulpOracle(MapOracle):
         self.time_limit = time_limit
         self.strict = bool(strict)
         self.form = form
-        self._integer = form.integer[: form.n_vars].copy()
-        self._all_integer = bool(self._integer.all())
-        self._some_integer = bool(self._integer.any())
+        self._check = FeasibilityCheck(form)
         self._engine = engine
 
     @classmethod
@@ -474,7 +628,7 @@ class PulpOracle(MapOracle):
         return self
 
     def close(self) -> None:
-        """Remove CBC's scratch files now (also done when the oracle is garbage-collected)."""
+        """Release the back end's resources (CBC keeps none: each call removes its own scratch files)."""
         if isinstance(self._engine, _CbcEngine):
             self._engine.close()
 
@@ -486,19 +640,10 @@ class PulpOracle(MapOracle):
         name = f"PulpOracle({self.solver})"
         if outcome == "optimal" or outcome == "feasible":
             assert x is not None
-            n = self.n_vars
-            values = list(x[:n])
-            if len(values) < n:  # CBC lists only the non-zero columns up to the last one
-                values += [0.0] * (n - len(values))
-            if self._all_integer and n <= SMALL:
-                z = np.array([round(v) for v in values], dtype=np.float64)  # snap solver noise, no −0
-            else:
-                z = np.array(values, dtype=np.float64)
-                if self._all_integer:
-                    np.rint(z, out=z)
-                elif self._some_integer:
-                    z[self._integer] = np.rint(z[self._integer])
-                z += 0.0  # no −0.0
+            values = list(x)
+            if len(values) < self.form.n_cols:  # CBC lists the columns up to the last non-zero one
+                values += [0.0] * (self.form.n_cols - len(values))
+            z = self._check(values, name)[: self.n_vars]  # integer columns snapped, rows and bounds checked
             if outcome == "feasible":
                 unproven(name, self.time_limit, self.strict)
             return z

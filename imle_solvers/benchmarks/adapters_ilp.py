@@ -20,6 +20,15 @@ Rows (``ratio = adapter_ms / bare_ms``):
   slower rebuilding is.
 * ``PuLP objective-only`` — ``LpProblem`` kept, ``setObjective`` + ``solve`` per call: what PuLP
   itself costs when only the objective changes.
+* ``… feasibility check`` — ``adapter_ms``: the check every adapter runs on the returned state
+  (rows against ``b`` relative to each row's scale, bounds, integrality; ``FeasibilityCheck``), timed
+  right after a bare solve of this instance as in a real call (the solver has just run, so caches are
+  cold: several times its cost in a tight loop), in CPU time of the calling thread (on a loaded
+  machine wall time would add the waits for a core that follow a solve); ``bare_ms``: the adapter's
+  whole call (wall time); ``ratio``: the check's share (goal ≤ 0.03).
+* ``CP-SAT hint=True`` — ``adapter_ms``: an oracle that hints the previous solution (ties then depend
+  on the previous call); ``bare_ms``: the default oracle, without hint; ``ratio``: what dropping the
+  hint costs is ``1 / ratio``.
 """
 
 from __future__ import annotations
@@ -124,7 +133,24 @@ def _cpsat_fns(A: np.ndarray, b: np.ndarray, weights: np.ndarray) -> dict[str, C
         solver.solve(model)
         return [solver.value(v) for v in x]
 
-    return {"adapter": lambda: ilp.solve(nxt()), "bare": bare, "rebuild": rebuild}
+    hinted = ILP(A.shape[1], A_eq=A, b_eq=b, backend="cpsat", hint=True)
+    def check() -> float:  # a bare solve, then the check on its solution, timed alone
+        solution = bare_solution()
+        t0 = time.thread_time()
+        oracle._check(solution, "CPSATOracle", integral=True)
+        return time.thread_time() - t0
+
+    def bare_solution() -> list[int]:
+        coeffs = proto.objective.coeffs
+        coeffs.clear()
+        coeffs.extend(next(q_lists))
+        wrapper = wrapper_cls()
+        wrapper.set_parameters(params)
+        response = wrapper.solve(proto)
+        return list(response.solution)  # copied while the response is alive
+
+    return {"adapter": lambda: ilp.solve(nxt()), "bare": bare, "rebuild": rebuild,
+            "hinted": lambda: hinted.solve(nxt()), "check": check}
 
 
 def _pulp_problem(A: np.ndarray, b: np.ndarray) -> tuple[Any, list[Any]]:
@@ -204,8 +230,16 @@ def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
             h.run()
             return h.getSolution().col_value
 
+    solver_engine: Any = oracle._engine
+
+    def check() -> float:  # the engine's solve (the solver's own values), then the check, timed alone
+        raw = list(solver_engine.solve(nxt())[1])
+        t0 = time.thread_time()
+        oracle._check(raw, "PulpOracle")
+        return time.thread_time() - t0
+
     return {"adapter": lambda: ilp.solve(nxt()), "bare": bare, "rebuild": rebuild,
-            "objective_only": objective_only}
+            "objective_only": objective_only, "check": check}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -237,6 +271,16 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                              "adapter_ms": ms["objective_only"], "bare_ms": ms["adapter"],
                              "ratio": ms["objective_only"] / ms["adapter"], "reference_ms": ""})
             solver = "CP-SAT" if name == "cpsat" else f"PuLP/{name.upper() if name == 'cbc' else 'HiGHS'}"
+            rounds = int(min(400, max(30, budget / 2 / (ms["adapter"] / 1e3))))  # about budget/2 seconds
+            check_ms = 1e3 * float(np.median([fns["check"]() for _ in range(rounds)]))
+            rows.append({"adapter": f"{label} feasibility check", "instance": instance,
+                         "adapter_ms": check_ms,
+                         "bare_ms": ms["adapter"], "ratio": check_ms / ms["adapter"], "reference_ms": "",
+                         "goal": "≤ 0.03"})
+            if "hinted" in fns:
+                hinted, plain = (1e3 * t for t in _alternating([fns["hinted"], fns["adapter"]], budget / 2))
+                rows.append({"adapter": "CP-SAT hint=True", "instance": instance, "adapter_ms": hinted,
+                             "bare_ms": plain, "ratio": hinted / plain, "reference_ms": ""})
             rows.append({"adapter": f"{solver} rebuild per call", "instance": instance,
                          "adapter_ms": ms["rebuild"], "bare_ms": ms["adapter"],
                          "ratio": ms["rebuild"] / ms["adapter"], "reference_ms": REFERENCE_MS[name]})

@@ -114,9 +114,10 @@ class ThreadRunner:
         try:
             done, not_done = concurrent.futures.wait(futures, timeout=deadline.remaining(),
                                                      return_when=concurrent.futures.FIRST_EXCEPTION)
-        except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are abandoned
+        except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are stopped
             for f in futures:
                 f.cancel()
+            _stop_running_solves()
             self.close()
             raise
         failed = [f for f in done if f.exception() is not None]
@@ -132,7 +133,9 @@ class ThreadRunner:
             for f in not_done:
                 f.cancel()
             rows = [r for f in not_done for r in range(*futures[f])]
-            # threads cannot be killed: a solve already running finishes in the background
+            # threads cannot be killed: library solvers (CP-SAT, HiGHS, CBC) are stopped through their own
+            # APIs; any other solve already running finishes in the background
+            _stop_running_solves()
             self.close()
             raise SolverTimeoutError(
                 f"pool call exceeded {deadline.describe()} ({len(rows)} rows unfinished)", rows=rows)
@@ -144,3 +147,10 @@ class ThreadRunner:
             seconds += secs
         return RunResult(states=out, solve_s=seconds, slowest_s=seconds / min(self.size, len(bounds)),
                          wall_s=time.perf_counter() - t0, first_use=False)
+
+
+def _stop_running_solves() -> None:
+    """Stop the ILP solves running in this process (CP-SAT, HiGHS, CBC), through each solver's API."""
+    from ..adapters._interrupt import stop_solves
+
+    stop_solves()
