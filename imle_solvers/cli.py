@@ -18,6 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "toy": ("imle_solvers.experiments.topk_toy", "the paper's synthetic top-k experiment (sec. 6)"),
     "train": ("imle_solvers.training", "predict-then-optimize training with regret, SPO+, I-MLE, ..."),
     "bench": ("imle_solvers.benchmarks", "performance benchmarks: adapters, pool, layer"),
+    "vae": ("imle_solvers.experiments.vae", "the paper's discrete 10-subset VAE (sec. 6)"),
+    "l2x": ("imle_solvers.experiments.l2x", "learning to explain on a planted-explanation corpus (sec. 6)"),
 }
 
 
