@@ -1,4 +1,4 @@
-"""The ``imle-solvers`` command: ``demo``, ``toy``, ``train`` and ``bench``.
+"""The ``imle-solvers`` command: ``demo``, ``toy``, ``train``, ``bench``, ``vae`` and ``l2x``.
 
 Each sub-command lives in its own module exposing ``main(argv: list[str]) -> int``; the module is
 imported only when its command runs, so ``imle-solvers --help`` is instant and needs no extras.

@@ -78,3 +78,12 @@ def test_l2x_config_errors() -> None:
         l2x.L2XConfig(methods=("nope",))
     with pytest.raises(ValueError, match="k must be"):
         l2x.L2XConfig(ks=(50,))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_l2x_runs_on_cuda() -> None:
+    config = l2x.L2XConfig(ks=(5,), seeds=(0,), n_train=160, n_val=40, n_test=40, epochs=2, device="cuda")
+    result = l2x.run_l2x(config)
+    assert {run["method"] for run in result.runs} == set(l2x.METHODS)
+    assert all(0.0 <= run["precision"] <= 100.0 for run in result.runs)

@@ -124,3 +124,15 @@ def test_vae_config_errors() -> None:
         vae.VAEConfig(epochs=0)
     with pytest.raises(ValueError, match="temperature"):
         vae.GumbelSoftmax(0.0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_vae_runs_on_cuda() -> None:
+    config = vae.VAEConfig(
+        methods=("imle-sog-10", "ste-sog", "gsm-categorical"), seeds=(0,), epochs=2, max_train=200,
+        max_test=50, device="cuda",
+    )  # fmt: skip
+    result = vae.run_vae(config)
+    for curves in result.test_loss.values():
+        assert curves[0][-1] < curves[0][0]
