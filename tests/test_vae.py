@@ -98,7 +98,7 @@ def test_ksubset_kl_matches_enumeration() -> None:
 
 def test_vae_smoke_loss_goes_down() -> None:
     config = vae.VAEConfig(
-        methods=("imle-sog-10", "gsm-categorical"), seeds=(0,), epochs=3, max_train=200, max_test=50
+        methods=("imle-sog-10", "gsm-categorical"), seeds=(0,), epochs=3, max_train=100, max_test=50
     )
     result = vae.run_vae(config)
     for key, curves in result.test_loss.items():
@@ -107,6 +107,12 @@ def test_vae_smoke_loss_goes_down() -> None:
     assert len(result.reconstructions["imle-sog-10"]) == 10 and "| I-MLE SoG" in vae.result_table(result)
 
 
+def test_vae_command_is_registered() -> None:
+    assert cli.COMMANDS["vae"][0] == vae.__name__ and callable(vae.main)
+    assert vae.build_parser().parse_args([]).methods == list(vae.PAPER_METHODS)
+
+
+@pytest.mark.slow
 def test_vae_command_writes_outputs(tmp_path: Path) -> None:
     args = ["vae", "--methods", "imle-gumbel-1", "--seeds", "0", "--epochs", "1", "--max-train", "100",
             "--max-test", "50", "--kl", "exact", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
