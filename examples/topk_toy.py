@@ -3,11 +3,15 @@
     python examples/topk_toy.py                         # the experiment: table + plot in runs/topk_toy
     python examples/topk_toy.py --out DIR --runs 100    # options of `imle-solvers toy`
     python examples/topk_toy.py --instances 10          # also: the same experiment on 10 instances
+    python examples/topk_toy.py --noise-study 10        # only: SoG vs Gumbel at matched temperatures
 
 Writes ``topk_toy.json``, ``topk_toy.md`` and ``topk_toy.png`` to ``--out`` (default ``runs/topk_toy``).
 With ``--instances N`` it then repeats the experiment for seeds ``0 .. N-1`` (a fresh ``b`` and ``θ₀``
 each) and writes ``instances.md`` / ``instances.json``: how often each method beats STE, its mean gap
-``L − L*`` and its mean rank. See docs/experiments.md.
+``L − L*`` and its mean rank. With ``--noise-study N`` it runs only the five I-MLE noises (SoG and Gumbel
+at temperatures 1 and 5, and the literal SoG(1,5,10)) on seeds ``0 .. N-1`` and writes
+``noise_study.md`` / ``noise_study.json``: the paper's point-by-point heat-map comparison for each pair.
+See docs/experiments.md.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from imle_solvers.report import format_table
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--instances", type=int, default=0)
+    parser.add_argument("--noise-study", type=int, default=0)
     parser.add_argument("--out", default="runs/topk_toy")
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--help", "-h", action="store_true")
@@ -31,6 +36,8 @@ def main(argv: list[str]) -> int:
     if args.help:
         print(__doc__)
         return topk_toy.main(["--help"])
+    if args.noise_study > 0:
+        return noise_study(args.noise_study, args.runs or 100, Path(args.out), argv)
     runs = [] if args.runs is None else ["--runs", str(args.runs)]
     status = topk_toy.main(["--out", args.out, *runs, *rest])
     if status or args.instances <= 0:
@@ -70,6 +77,52 @@ def main(argv: list[str]) -> int:
     ]  # fmt: skip
     (out / "instances.json").write_text(json.dumps({"summary": summary, "instances": per_instance}, indent=1))
     print(f"wrote {out / 'instances.md'}, {out / 'instances.json'}")
+    return 0
+
+
+NOISES = ("imle-sog", "imle-gumbel", "imle-sog-literal", "imle-gumbel-5", "imle-sog-5")
+PAIRS = (
+    ("imle-sog", "imle-gumbel"),  # what we first compared: SoG(5,1,10) vs Gumbel(0,1)
+    ("imle-sog-literal", "imle-gumbel"),  # the paper's comparison read literally: SoG(1,5,10) vs Gumbel(0,1)
+    ("imle-sog-literal", "imle-gumbel-5"),  # the literal SoG against Gumbel at its own temperature 5
+    ("imle-sog-5", "imle-gumbel-5"),  # SoG with κ = k against Gumbel, both at temperature 5
+    ("imle-gumbel-5", "imle-gumbel"),  # temperature alone
+)
+
+
+def noise_study(instances: int, runs: int, out: Path, argv: list[str]) -> int:
+    """SoG vs Gumbel point by point over the (λ, η) grid, at matched and unmatched temperatures."""
+    results = []
+    for seed in range(instances):
+        print(f"instance {seed + 1}/{instances} (seed {seed})", file=sys.stderr)
+        results.append(topk_toy.run_toy(runs=runs, seed=seed, methods=NOISES, long_steps=0, progress=False))
+    rows = []
+    for first, second in PAIRS:
+        grids = [topk_toy.compare_grid(r, first, second) for r in results]
+        wins, total = sum(g["wins"] for g in grids), sum(g["total"] for g in grids)
+        std_wins = sum(g["std_wins"] for g in grids)
+        rows.append(
+            {"first": topk_toy.METHODS[first].name, "second": topk_toy.METHODS[second].name,
+             "first lower mean L": f"{wins} / {total} ({100 * wins / total:.0f} %)",
+             "first lower std": f"{std_wins} / {total} ({100 * std_wins / total:.0f} %)",
+             "mean diff of final L": f"{sum(g['mean_diff'] for g in grids) / len(grids):+.3f}"}
+        )  # fmt: skip
+    summary = topk_toy.summarize_instances(results, reference="imle-gumbel")
+    best = [
+        {"method": s["method"], "mean gap (best setting)": f"{s['mean gap']:.3f}",
+         "median gap": f"{s['median gap']:.3f}", "mean rank": f"{s['mean rank']:.2f}",
+         "beats Gumbel(0,1)": "—" if s.get("beats imle-gumbel") is None else s["beats imle-gumbel"]}
+        for s in summary
+    ]  # fmt: skip
+    text = format_table(rows) + "\n\n" + format_table(best)
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    command = "python examples/topk_toy.py " + " ".join(argv)
+    (out / "noise_study.md").write_text(f"{text}\n\nCommand: `{command.strip()}`\n")
+    payload = {"pairs": rows, "summary": summary,
+               "instances": [{"seed": r.config["seed"], "rows": r.rows, "grid": r.grid} for r in results]}
+    (out / "noise_study.json").write_text(json.dumps(payload, indent=1))
+    print(f"wrote {out / 'noise_study.md'}, {out / 'noise_study.json'}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The `imle-solvers` command: `demo`, `toy`, `train` and `bench`.
+"""The `imle-solvers` command: `demo`, `toy`, `vae`, `l2x`, `train` and `bench`.
 
 Each command lives in its own module exposing `main(argv: list[str]) -> int`; the module is
 imported only when its command runs, so `imle-solvers --help` is instant and needs no extras.
@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("imle_solvers.experiments.pto_demo",
              "train a shortest-path model three ways and plot its learning curves"),
     "toy": ("imle_solvers.experiments.topk_toy", "the I-MLE paper's synthetic top-k experiment"),
+    "vae": ("imle_solvers.experiments.vae", "the I-MLE paper's discrete 10-subset VAE"),
+    "l2x": ("imle_solvers.experiments.l2x", "learning to explain on a planted-explanation corpus"),
     "train": ("imle_solvers.training", "predict-then-optimize training: compare methods on one problem"),
     "bench": ("imle_solvers.benchmarks", "time the solver back ends, the pool, the layer and training"),
 }

@@ -29,6 +29,8 @@ commands:
   COMMAND
     demo         {cli.COMMANDS["demo"][1]}
     toy          {cli.COMMANDS["toy"][1]}
+    vae          {cli.COMMANDS["vae"][1]}
+    l2x          {cli.COMMANDS["l2x"][1]}
     train        {cli.COMMANDS["train"][1]}
     bench        {cli.COMMANDS["bench"][1]}
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from imle_solvers import SumOfGamma, cli
+from imle_solvers import Gumbel, SumOfGamma, cli
 from imle_solvers.errors import MissingExtraError
 from imle_solvers.experiments import topk_toy
 from imle_solvers.experiments.topk_toy import (
@@ -156,6 +156,25 @@ def test_paper_noise_mapping() -> None:
     assert METHODS["imle-sog"].noise == SumOfGamma(k=5, tau=1.0, s=10)  # SoG(κ=k=5, τ=1, s=10)
     assert METHODS["imle-sog-literal"].noise == SumOfGamma(k=1, tau=5.0, s=10)
     assert METHODS["sfe"].noise is None and not METHODS["ste-gumbel"].uses_lambda
+    assert METHODS["imle-gumbel-5"].noise == Gumbel(5.0)  # temperature controls of the noise study
+    assert METHODS["imle-sog-5"].noise == SumOfGamma(k=5, tau=5.0, s=10)
+
+
+def test_literal_sog_is_a_temperature_five_gumbel() -> None:
+    """SoG(κ=1, τ=5, s=10) = 5 (max of 10 Exp(1) − log 10): Gumbel(0, 5) truncated at s = 10 terms."""
+    gen = torch.Generator().manual_seed(0)
+    literal = METHODS["imle-sog-literal"].noise
+    assert literal is not None
+    x = literal.sample((200_000,), dtype=torch.float64, generator=gen)
+    # Gumbel(0, 5): std 5π/√6 ≈ 6.41; the 10-term truncation shifts the mean by ~τ/(2s) above 5γ
+    assert float(x.std()) == pytest.approx(5 * math.pi / math.sqrt(6), rel=0.06)
+    assert float(x.mean()) == pytest.approx(5 * 0.5772156649, abs=0.35)
+    ks = stats.kstest(x.numpy(), stats.gumbel_r(loc=0.0, scale=5.0).cdf).statistic
+    assert ks < 0.03
+    # while SoG(5, 1, 10), the κ = k reading, has per-item std ≈ π/√(6·5): a 5-subset's total is Gumbel(0, 1)
+    sog = METHODS["imle-sog"].noise
+    assert sog is not None
+    assert float(sog.sample((200_000,), dtype=torch.float64, generator=gen).std()) < 0.7
 
 
 def test_run_toy_tiny_has_the_right_structure() -> None:

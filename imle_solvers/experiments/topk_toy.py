@@ -206,6 +206,9 @@ METHODS: dict[str, ToyMethod] = {
     "imle-sog": ToyMethod("I-MLE SoG(5,1,10)", "imle", SOG),
     "imle-gumbel": ToyMethod("I-MLE Gumbel(0,1)", "imle", Gumbel(1.0)),
     "imle-sog-literal": ToyMethod("I-MLE SoG(1,5,10) literal", "imle", SOG_LITERAL),
+    # temperature controls (docs/experiments.md, "Why SoG < Gumbel does not reproduce")
+    "imle-gumbel-5": ToyMethod("I-MLE Gumbel(0,5)", "imle", Gumbel(5.0)),
+    "imle-sog-5": ToyMethod("I-MLE SoG(5,5,10)", "imle", SumOfGamma(k=5, tau=5.0, s=10)),
     "ste-gumbel": ToyMethod("STE Gumbel(0,1)", "ste", Gumbel(1.0)),
     "ste-sog": ToyMethod("STE SoG(5,1,10)", "ste", SOG),
     "sfe": ToyMethod("SFE exact", "sfe", None),
