@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .errors import ImleSolversError, InvalidWeightsError
+from .errors import ImleSolversError, InvalidWeightsError, NegativeCycleError
 from .noise import NoiseDistribution, NoNoise, SumOfGamma
 from .oracle import (
     BatchSolver,
@@ -79,6 +79,8 @@ class _Spec:
 
 def _rows_to_user(err: ImleSolversError, per_row: int, where: str) -> ImleSolversError:
     """Rewrite the flat ``(N·S')`` rows of a solver error as the user's ``(...)`` rows."""
+    if isinstance(err, NegativeCycleError):
+        where += "; perturbed or target costs went negative: wrap the oracle in ClampedCosts(oracle, 0.0)"
     if err.rows and per_row > 1:
         samples = sorted({r % per_row for r in err.rows})
         err.message = f"{err.message} ({where}, sample {', '.join(map(str, samples[:5]))})"

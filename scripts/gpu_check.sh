@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# GPU check: the CUDA-marked tests and the GPU benchmark rows, in one run (about 8 minutes on an H100).
+# Run from the repository root on a machine with CUDA, PyTorch, NumPy, SciPy and pytest; OR-Tools and
+# PuLP are not needed (their rows are skipped). Results go to $OUT (default /tmp/gpu-check).
+set -u
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+export IMLE_SOLVERS_CACHE=${IMLE_SOLVERS_CACHE:-/tmp/imle-cache}
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+step() { echo; echo "=== $* ($(date +%T))"; }
+
+step device
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/device.txt"
+
+step "CUDA tests"
+conftest=""
+python3 -c "import hypothesis" 2>/dev/null || conftest="--noconftest"
+timeout 240 python3 -m pytest -q -p no:cacheprovider $conftest -m cuda -o addopts="" \
+    tests/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py tests/test_training.py \
+    2>&1 | tee "$OUT/cuda-tests.txt"
+
+step "noise and layer step, CPU vs CUDA"
+timeout 150 python3 - <<'PY' 2>&1 | tee "$OUT/layer.txt"
+import time, torch
+from imle_solvers import IMLE, Gumbel, SumOfGamma, TopK
+from imle_solvers.adapters import DAGShortestPath
+
+def timed(fn, device, n=10):
+    fn(); torch.cuda.synchronize() if device == "cuda" else None
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n
+
+print("| device | shape | Gumbel ms | SoG table ms | SoG exact ms | SoG/Gumbel |")
+for device in ("cpu", "cuda"):
+    for shape in ((32, 10, 40), (256, 10, 1000)):
+        g = torch.Generator(device).manual_seed(0)
+        t = [timed(lambda n=n: n.sample(shape, device=device, generator=g), device)
+             for n in (Gumbel(), SumOfGamma(k=5), SumOfGamma(k=5, exact=True))]
+        print(f"| {device} | {shape} | {t[0]*1e3:.3f} | {t[1]*1e3:.3f} | {t[2]*1e3:.3f} | {t[1]/t[0]:.2f} |")
+print()
+print("| device | step (forward + backward), B = 256, S = 10 | ms |")
+for device in ("cpu", "cuda"):
+    for name, oracle in (("TopK(k=50, m=1000)", TopK(50, 1000)), ("DAGShortestPath.grid(30, 30)", DAGShortestPath.grid(30, 30))):
+        for noise in (SumOfGamma(), Gumbel()):
+            layer = IMLE(oracle, noise, samples=10, generator=torch.Generator(device).manual_seed(0))
+            w = torch.rand(256, oracle.n_vars, device=device).requires_grad_(True)
+            def step():
+                w.grad = None
+                (layer(w) ** 2).mean().backward()
+            n = 3 if device == "cpu" else 20
+            print(f"| {device} | {name}, {type(noise).__name__} | {timed(step, device, n)*1e3:.2f} |")
+PY
+
+step "bench graphs (device grid path and knapsack vs SciPy / CP-SAT)"
+timeout 200 python3 -m imle_solvers.cli bench graphs 2>&1 | tee "$OUT/bench-graphs.txt"
+
+step "terrain epochs, CPU vs CUDA"
+for args in "--size 12 --model terrain-cnn --n-train 700 --n-test 100" \
+            "--size 30 --model resnet-stem --n-train 2000 --n-test 200"; do
+    timeout 200 python3 -m imle_solvers.cli train --problem terrain $args --method imle-mumu --epochs 3 \
+        --device cuda --threads 8 --quiet --out "/tmp/gpu-runs/terrain-$(echo $args | cut -d' ' -f2)" 2>&1 | tail -6
+done | tee "$OUT/terrain-cuda.txt"
+for args in "--size 12 --model terrain-cnn --n-train 700 --n-test 100" \
+            "--size 30 --model resnet-stem --n-train 210 --n-test 70"; do
+    timeout 150 python3 -m imle_solvers.cli train --problem terrain $args --method imle-mumu --epochs 1 \
+        --device cpu --threads 16 --quiet 2>&1 | tail -5
+done | tee "$OUT/terrain-cpu.txt"
+step done
