@@ -61,11 +61,12 @@ def test_cuda_states_identical_to_cpu_and_no_sync() -> None:
     for oracle in oracles:
         v = torch.from_numpy(rng.normal(size=(320, 32))).float()
         cpu = oracle.solve_torch(v)
-        oracle.solve_torch(v.cuda())
+        v_gpu = v.cuda()  # the copy to the device synchronises: outside the checked region
+        oracle.solve_torch(v_gpu)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            gpu = oracle.solve_torch(v.cuda())
+            gpu = oracle.solve_torch(v_gpu)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert torch.equal(gpu.cpu(), cpu)
