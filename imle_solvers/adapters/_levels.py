@@ -65,6 +65,15 @@ class LevelPlan:
                 pad[r, : indeg[v]] = by_head[starts[v]:starts[v + 1]]
             self.levels.append((nodes, pad))
         self._tail_ext = np.append(self.tails, self.n_nodes)  # padding arc: from node n (d = +inf)
+        # per level, flat and precomputed: tails of the padded in-arcs, their offset in one gather
+        self._all_arcs = np.concatenate([pad.ravel() for _, pad in self.levels]) if self.levels else (
+            np.zeros(0, dtype=np.int64))
+        self._flat: list[tuple[np.ndarray, np.ndarray, int, int, int, np.ndarray]] = []
+        offset = 0
+        for nodes, pad in self.levels:
+            n_l, width = pad.shape
+            self._flat.append((nodes, self._tail_ext[pad].ravel(), offset, n_l, width, pad))
+            offset += n_l * width
 
     def predecessors(self, cost: np.ndarray) -> np.ndarray:
         """Optimal in-arc of every node for each cost row (``−1``: the source, or no in-arc).
@@ -75,10 +84,13 @@ class LevelPlan:
         dist = np.full((b, self.n_nodes + 1), np.inf, dtype=cost.dtype)  # node n: behind the padding
         dist[:, self.source] = 0.0  # d(source) = 0
         cost_ext = np.concatenate([cost, np.zeros((b, 1), dtype=cost.dtype)], axis=1)  # [B, a + 1]
+        arc_cost = cost_ext[:, self._all_arcs]  # every level's in-arc costs, one gather   [B, Σ n_L·deg]
         pred = np.full((b, self.n_nodes), -1, dtype=np.int64)
-        for nodes, pad in self.levels:
-            cand = dist[:, self._tail_ext[pad]] + cost_ext[:, pad]  # d(u) + c(u, v)   [B, n_L, deg]
+        for nodes, tails, offset, n_l, width, pad in self._flat:
+            cand = dist[:, tails]  # d(u)   [B, n_L·deg]
+            cand += arc_cost[:, offset: offset + n_l * width]  # d(u) + c(u, v)
+            cand = cand.reshape(b, n_l, width)
             j = cand.argmin(axis=2)  # first minimum = in-arc of least index                 [B, n_L]
-            dist[:, nodes] = np.take_along_axis(cand, j[..., None], axis=2)[..., 0]  # Bellman
-            pred[:, nodes] = pad[np.arange(len(nodes))[None, :], j]
+            dist[:, nodes] = cand.min(axis=2)  # Bellman: d(v) = min_u d(u) + c(u, v)
+            pred[:, nodes] = pad[np.arange(n_l), j]
         return pred
