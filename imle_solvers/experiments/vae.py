@@ -115,9 +115,12 @@ class VAEMethod:
     make: Callable[[int, torch.Generator | None], nn.Module]
 
 
-def _imle(noise: Callable[[int], NoiseDistribution], lam: float) -> Callable[..., nn.Module]:
+def _imle(noise: Callable[[int], NoiseDistribution], lam: float | None) -> Callable[..., nn.Module]:
+    """I-MLE with the fixed-λ target of the paper, or the library's default target when ``lam`` is None."""
+
     def make(k: int, generator: torch.Generator | None) -> nn.Module:
-        return IMLE(TopK(k, N_VARS), noise=noise(k), target=PerturbedTarget(lam), generator=generator)
+        target = None if lam is None else PerturbedTarget(lam)
+        return IMLE(TopK(k, N_VARS), noise=noise(k), target=target, generator=generator)
 
     return make
 
@@ -144,6 +147,9 @@ METHODS: dict[str, VAEMethod] = {
     "imle-sog-10": VAEMethod("I-MLE SoG(τ=10) λ=10", 10, _imle(_sog, 10.0)),
     "imle-gumbel-1": VAEMethod("I-MLE Gumbel(0,1) λ=1", 10, _imle(_gumbel, 1.0)),
     "imle-gumbel-10": VAEMethod("I-MLE Gumbel(0,1) λ=10", 10, _imle(_gumbel, 10.0)),
+    # the library's default target: its step does not shrink with the batch-mean loss
+    "imle-sog-default": VAEMethod("I-MLE SoG(τ=10), default target", 10, _imle(_sog, None)),
+    "imle-gumbel-default": VAEMethod("I-MLE Gumbel(0,1), default target", 10, _imle(_gumbel, None)),
     # beyond the paper's λ grid: with the batch-mean loss, λ ∈ {1, 10} leaves most rows without gradient
     "imle-sog-100": VAEMethod("I-MLE SoG(τ=10) λ=100", 10, _imle(_sog, 100.0)),
     "imle-sog-1000": VAEMethod("I-MLE SoG(τ=10) λ=1000", 10, _imle(_sog, 1000.0)),
