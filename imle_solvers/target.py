@@ -47,6 +47,18 @@ Solve = Callable[[torch.Tensor], torch.Tensor]
 """``solve(θ_batch)``: batched ``MAP`` of ``[N, S', m]`` θ-space weights (one oracle / pool call)."""
 
 
+def _difference(
+    theta: torch.Tensor, eps: torch.Tensor, z: torch.Tensor, step: torch.Tensor, solve: Solve, two_sided: bool
+) -> torch.Tensor:
+    """``MAP(θ + ε) − MAP(θ − step + ε)`` per sample, or the two-sided
+    ``[MAP(θ + step + ε) − MAP(θ − step + ε)] / 2`` with both MAPs in one call.  → ``[N, S, m]``"""
+    if two_sided:
+        both = torch.cat([theta + step + eps, theta - step + eps], dim=1)  # [N, 2S, m], one call
+        z_plus, z_minus = solve(both).chunk(2, dim=1)  # MAP(θ ± λ∇zL + ε)   [N, S, m] each
+        return (z_plus - z_minus) / 2  # central difference
+    return z - solve(theta - step + eps)  # z − z', z' = MAP(θ' + ε) with the same ε
+
+
 def _pid(
     theta: torch.Tensor,
     eps: torch.Tensor,
@@ -59,16 +71,9 @@ def _pid(
     """Per-sample PID estimate ``[MAP(θ + ε) − MAP(θ − step + ε)] / λ``, summed over samples.
 
     ``step = λ ∇zL`` (``[N, S, m]``); ``lam`` broadcasts against ``[N, S, 1]`` and is never 0 where
-    ``step`` is nonzero. Two-sided: ``[MAP(θ + step + ε) − MAP(θ − step + ε)] / (2λ)``, both MAPs in one
-    call.
+    ``step`` is nonzero.
     """
-    if two_sided:
-        both = torch.cat([theta + step + eps, theta - step + eps], dim=1)  # [N, 2S, m], one call
-        z_plus, z_minus = solve(both).chunk(2, dim=1)  # MAP(θ ± λ∇zL + ε)   [N, S, m] each
-        per_sample = (z_plus - z_minus) / (2 * lam)  # central difference    [N, S, m]
-    else:
-        z_target = solve(theta - step + eps)  # z' = MAP(θ' + ε), same ε           [N, S, m]
-        per_sample = (z - z_target) / lam  # eq. 7, one sample at a time            [N, S, m]
+    per_sample = _difference(theta, eps, z, step, solve, two_sided) / lam  # eq. 7 per sample   [N, S, m]
     return per_sample.sum(dim=1)  # Σ over the S samples (autograd's rule)         [N, m]
 
 
@@ -368,13 +373,7 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
     ) -> torch.Tensor:
         lam = self.lam(theta, grad_z)  # λ   []
         divisor = torch.where(lam > 0, lam, torch.ones_like(lam))  # λ = 0 only where z' = z
-        step = lam * grad_z  # λ ∇zL   [N, S, m]
-        if self.two_sided:
-            both = torch.cat([theta + step + eps, theta - step + eps], dim=1)  # [N, 2S, m], one call
-            z_plus, z_minus = solve(both).chunk(2, dim=1)
-            diff = (z_plus - z_minus) / 2  # central difference   [N, S, m]
-        else:
-            diff = z - solve(theta - step + eps)  # MAP(θ + ε) − MAP(θ' + ε)   [N, S, m]
+        diff = _difference(theta, eps, z, lam * grad_z, solve, self.two_sided)  # [N, S, m]
         self._update(diff)
         return (diff / divisor).sum(dim=1)  # Σ over samples   [N, m]
 
