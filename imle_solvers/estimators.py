@@ -19,6 +19,7 @@ from typing import Literal
 
 import torch
 
+from ._checks import one_of
 from .imle import PerturbAndMAPLayer
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal
 from .oracle import BatchSolver, MapOracle
@@ -171,8 +172,7 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
         generator: torch.Generator | None = None,
         check_finite: bool | None = None,
     ) -> None:
-        if noise not in ("normal", "gumbel"):
-            raise ValueError(f"PerturbedOptimizer noise must be 'normal' or 'gumbel', got {noise!r}")
+        one_of("PerturbedOptimizer noise", noise, ("normal", "gumbel"))
         distribution: NoiseDistribution = Normal(sigma) if noise == "normal" else Gumbel(sigma)
         super().__init__(
             oracle,

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ._checks import non_negative, one_of
 from .errors import ImleSolversError, InvalidWeightsError, NegativeCycleError
 from .noise import NoiseDistribution, NoNoise, SumOfGamma
 from .oracle import (
@@ -229,10 +230,8 @@ class PerturbAndMAPLayer(nn.Module):
         super().__init__()
         check_oracle(oracle)
         check_samples(samples)
-        if noise_on not in ("theta", "costs"):
-            raise ValueError(f"noise_on must be 'theta' or 'costs', got {noise_on!r}")
-        if not (isinstance(target_noise_scale, (int, float)) and target_noise_scale >= 0):
-            raise ValueError(f"target_noise_scale must be a number >= 0, got {target_noise_scale!r}")
+        one_of("noise_on", noise_on, ("theta", "costs"))
+        non_negative("target_noise_scale", target_noise_scale)
         self.oracle = oracle
         self.noise = noise.resolve(oracle)
         self.__dict__["rule"] = rule  # not registered here: IMLE registers a module target as .target

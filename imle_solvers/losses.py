@@ -19,6 +19,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ._checks import one_of
 from .errors import ImleSolversError
 from .noise import NoiseDistribution, Normal
 from .oracle import BatchSolver, MapOracle, check_oracle, check_samples, check_weights, map_solve, sense_sign
@@ -35,7 +36,8 @@ def _reduce(values: torch.Tensor, reduction: Reduction) -> torch.Tensor:
         return values.sum()
     if reduction == "none":
         return values
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    one_of("reduction", reduction, ("mean", "sum", "none"))
+    raise AssertionError("unreachable")
 
 
 def hamming_loss(z: torch.Tensor, y: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:

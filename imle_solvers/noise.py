@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from ._checks import positive, positive_int
+
 if TYPE_CHECKING:
     from .oracle import MapOracle
 
@@ -95,8 +97,7 @@ class Gumbel(NoiseDistribution):
     tau: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.tau > 0:
-            raise ValueError(f"Gumbel tau must be > 0, got {self.tau}")
+        positive("Gumbel tau", self.tau)
 
     def sample(
         self,
@@ -247,12 +248,10 @@ class SumOfGamma(NoiseDistribution):
     exact: bool = False
 
     def __post_init__(self) -> None:
-        if self.k is not None and not (math.isfinite(self.k) and self.k > 0):
-            raise ValueError(f"SumOfGamma k must be a finite number > 0, got {self.k}")
-        if not (math.isfinite(self.tau) and self.tau > 0):
-            raise ValueError(f"SumOfGamma tau must be a finite number > 0, got {self.tau}")
-        if int(self.s) != self.s or self.s < 1:
-            raise ValueError(f"SumOfGamma s must be a positive integer, got {self.s}")
+        if self.k is not None:
+            positive("SumOfGamma k", self.k)
+        positive("SumOfGamma tau", self.tau)
+        positive_int("SumOfGamma s", self.s)
 
     def resolve(self, oracle: MapOracle) -> SumOfGamma:
         if self.k is not None:
@@ -315,8 +314,7 @@ class Normal(NoiseDistribution):
     sigma: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.sigma > 0:
-            raise ValueError(f"Normal sigma must be > 0, got {self.sigma}")
+        positive("Normal sigma", self.sigma)
 
     def sample(
         self,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 import torch
 
+from ._checks import one_of, positive_int
 from .errors import ImleSolversError, InvalidWeightsError
 
 if TYPE_CHECKING:
@@ -208,13 +209,11 @@ class TorchOracle(MapOracle):
         >>> argmax = TorchOracle.from_function(
         ...     lambda w: torch.nn.functional.one_hot(w.argmax(-1), w.shape[-1]).to(w.dtype), n_vars=4,
         ...     expected_nonzeros=1)
-        >>> IMLE(argmax)(torch.tensor([[0.1, 3.0, 0.2, 0.0]])).tolist()
+        >>> IMLE(argmax).eval()(torch.tensor([[0.1, 3.0, 0.2, 0.0]])).tolist()  # eval(): the noise-free MAP
         [[0.0, 1.0, 0.0, 0.0]]
         """
-        if int(n_vars) != n_vars or n_vars < 1:
-            raise ValueError(f"n_vars must be a positive integer, got {n_vars!r}")
-        if sense not in ("max", "min"):
-            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
+        positive_int("n_vars", n_vars)
+        one_of("sense", sense, ("max", "min"))
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         return _FunctionOracle(fn, int(n_vars), sense, expected_nonzeros, name)
@@ -280,15 +279,12 @@ def check_oracle(oracle: object) -> MapOracle:
 
 def check_samples(samples: int) -> int:
     """Return ``samples`` as an int if it is a positive integer, else raise ``ValueError``."""
-    if int(samples) != samples or samples < 1:
-        raise ValueError(f"samples must be a positive integer, got {samples}")
-    return int(samples)
+    return positive_int("samples", samples)
 
 
 def sense_sign(oracle: MapOracle) -> float:
     """``+1`` for a ``"max"`` oracle, ``−1`` for ``"min"``: ``θ = sign · weights``."""
-    if oracle.sense not in ("max", "min"):
-        raise ValueError(f"oracle.sense must be 'max' or 'min', got {oracle.sense!r}")
+    one_of("oracle.sense", oracle.sense, ("max", "min"))
     return 1.0 if oracle.sense == "max" else -1.0
 
 

@@ -34,6 +34,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from ._checks import in_range, non_negative, positive
+
 __all__ = [
     "AdaptiveTarget",
     "OptimalTarget",
@@ -122,11 +124,6 @@ class TargetDistribution(abc.ABC):
         return (z - z_target).sum(dim=1)  # eq. 7, summed over samples          [N, m]
 
 
-def _check_positive(name: str, value: float) -> None:
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
 @dataclasses.dataclass(frozen=True)
 class RelativeTarget(TargetDistribution):
     """Scale-equivariant PID target: a step of relative size λ, the default of [`IMLE`][imle_solvers.IMLE].
@@ -166,7 +163,7 @@ class RelativeTarget(TargetDistribution):
     two_sided: bool = False
 
     def __post_init__(self) -> None:
-        _check_positive("RelativeTarget lam", self.lam)
+        positive("RelativeTarget lam", self.lam)
 
     def _step(self, perturbed: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(step, λ_eff)``: ``step = λ_eff ∇zL`` ``[N, S, m]`` and λ_eff ``[N, S, 1]`` (1 where ∇zL = 0)."""
@@ -231,7 +228,7 @@ class PerturbedTarget(TargetDistribution):
     two_sided: bool = False
 
     def __post_init__(self) -> None:
-        _check_positive("PerturbedTarget lam", self.lam)
+        positive("PerturbedTarget lam", self.lam)
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         return theta - self.lam * grad_z  # θ' = θ − λ ∇zL   (eq. 8)
@@ -329,15 +326,11 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         two_sided: bool = False,
     ) -> None:
         super().__init__()
-        _check_positive("AdaptiveTarget nonzero_target", nonzero_target)
-        if not (math.isfinite(beta) and beta >= 0):
-            raise ValueError(f"AdaptiveTarget beta must be a finite number >= 0, got {beta!r}")
-        if not (math.isfinite(step) and step >= 0):
-            raise ValueError(f"AdaptiveTarget step must be a finite number >= 0, got {step!r}")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"AdaptiveTarget momentum must be in [0, 1), got {momentum!r}")
-        if not 0 <= decay < 1:
-            raise ValueError(f"AdaptiveTarget decay must be in [0, 1), got {decay!r}")
+        positive("AdaptiveTarget nonzero_target", nonzero_target)
+        non_negative("AdaptiveTarget beta", beta)
+        non_negative("AdaptiveTarget step", step)
+        in_range("AdaptiveTarget momentum", momentum, 0, 1)
+        in_range("AdaptiveTarget decay", decay, 0, 1)
         self.nonzero_target = float(nonzero_target)
         self.step = float(step)
         self.momentum = float(momentum)
@@ -433,12 +426,10 @@ class RowAdaptiveTarget(TargetDistribution):
     min_norm: float = 1.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.nonzero_target <= 1:
-            raise ValueError(f"nonzero_target must be in (0, 1], got {self.nonzero_target}")
-        _check_positive("alpha", self.alpha)
-        _check_positive("min_norm", self.min_norm)
-        if self.step < 0:
-            raise ValueError(f"step must be >= 0, got {self.step}")
+        in_range("RowAdaptiveTarget nonzero_target", self.nonzero_target, 0, 1, closed="(]")
+        positive("RowAdaptiveTarget alpha", self.alpha)
+        positive("RowAdaptiveTarget min_norm", self.min_norm)
+        non_negative("RowAdaptiveTarget step", self.step)
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""

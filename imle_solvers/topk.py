@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import positive_int
 from .oracle import TorchOracle
 
 __all__ = ["TopK"]
@@ -27,10 +28,9 @@ class TopK(TorchOracle):
     sense = "max"
 
     def __init__(self, k: int, n_vars: int) -> None:
-        if int(n_vars) != n_vars or n_vars < 1:
-            raise ValueError(f"n_vars must be a positive integer, got {n_vars}")
-        if int(k) != k or not 1 <= k <= n_vars:
-            raise ValueError(f"k must be an integer in [1, n_vars={n_vars}], got {k}")
+        n_vars = positive_int("TopK n_vars", n_vars)
+        if positive_int("TopK k", k) > n_vars:
+            raise ValueError(f"TopK k must be at most n_vars={n_vars}, got {k!r}")
         self.k = int(k)
         self.n_vars = int(n_vars)
         self.expected_nonzeros = float(k)

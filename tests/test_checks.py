@@ -1,0 +1,71 @@
+"""One message format for every argument check: '<name> must be <requirement>, got <value>'."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pytest
+
+from imle_solvers import (
+    IMLE,
+    AdaptiveTarget,
+    Gumbel,
+    Normal,
+    PerturbedOptimizer,
+    PerturbedTarget,
+    RelativeTarget,
+    RowAdaptiveTarget,
+    SumOfGamma,
+    TopK,
+)
+from imle_solvers._checks import in_range, non_negative, one_of, positive, positive_int
+
+
+def test_helpers_accept_and_convert() -> None:
+    assert positive("x", 2) == 2.0 and non_negative("x", 0) == 0.0 and positive_int("n", 3.0) == 3
+    assert in_range("p", 0.0, 0, 1) == 0.0 and in_range("p", 1.0, 0, 1, closed="(]") == 1.0
+    assert one_of("mode", "a", ("a", "b")) == "a"
+
+
+@pytest.mark.parametrize(
+    ("check", "message"),
+    [
+        (lambda: positive("tau", 0), r"^tau must be a finite number > 0, got 0$"),
+        (lambda: positive("tau", math.inf), r"^tau must be a finite number > 0, got inf$"),
+        (lambda: positive("tau", math.nan), r"got nan"),
+        (lambda: positive("tau", "1"), r"got '1'"),
+        (lambda: non_negative("beta", -1e-9), r"^beta must be a finite number >= 0"),
+        (lambda: positive_int("s", 2.5), r"^s must be a positive integer, got 2\.5$"),
+        (lambda: positive_int("s", True), r"got True"),
+        (lambda: in_range("momentum", 1.0, 0, 1), r"^momentum must be in \[0, 1\), got 1\.0$"),
+        (lambda: in_range("p", 0.0, 0, 1, closed="(]"), r"must be in \(0, 1\]"),
+        (lambda: one_of("noise_on", "x", ("theta", "costs")), r"one of 'theta', 'costs', got 'x'"),
+    ],
+)
+def test_helpers_reject_with_one_format(check: Callable[[], object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        check()
+
+
+@pytest.mark.parametrize(
+    ("make", "name"),
+    [
+        (lambda: Gumbel(0), "Gumbel tau"),
+        (lambda: Normal(-1), "Normal sigma"),
+        (lambda: SumOfGamma(k=math.nan), "SumOfGamma k"),
+        (lambda: SumOfGamma(s=0), "SumOfGamma s"),
+        (lambda: RelativeTarget(lam=0), "RelativeTarget lam"),
+        (lambda: PerturbedTarget(-2), "PerturbedTarget lam"),
+        (lambda: AdaptiveTarget(decay=1.5), "AdaptiveTarget decay"),
+        (lambda: RowAdaptiveTarget(nonzero_target=0), "RowAdaptiveTarget nonzero_target"),
+        (lambda: TopK(0, 5), "TopK k"),
+        (lambda: TopK(6, 5), "TopK k must be at most n_vars=5"),
+        (lambda: IMLE(TopK(1, 3), samples=0), "samples"),
+        (lambda: IMLE(TopK(1, 3), noise_on="both"), "noise_on"),  # type: ignore[arg-type]
+        (lambda: PerturbedOptimizer(TopK(1, 3), noise="cauchy"), "PerturbedOptimizer noise"),  # type: ignore[arg-type]
+    ],
+)
+def test_every_hyper_parameter_names_itself(make: Callable[[], object], name: str) -> None:
+    with pytest.raises(ValueError, match=f"^{name}"):
+        make()
