@@ -279,17 +279,19 @@ class SumOfGamma(NoiseDistribution):
         dtype = dtype or torch.get_default_dtype()
         dev = torch.device(device) if device is not None else torch.device("cpu")
         k, s = float(self.k), int(self.s)
-        table = None if self.exact else _sog_table(k, s, float(self.tau), dev, dtype)
+        # half precision cannot hold a grid position (up to 16,384) exactly: draw in float32, then cast
+        work = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        table = None if self.exact else _sog_table(k, s, float(self.tau), dev, work)
         if table is None:
             return self._sample_exact(shape, dev, dtype, generator)
         values, slopes = table
-        u = torch.rand(shape, device=dev, dtype=dtype, generator=generator)  # U(0, 1)
+        u = torch.rand(shape, device=dev, dtype=work, generator=generator)  # U(0, 1)
         pos = torch.logit(u).add_(_T_MAX).mul_(_T_STEP)  # grid position of logit(u) ∈ [−T, T]
         pos = pos.clamp_(0.0, _T_LAST)  # u = 0 gives −inf: the table's first point
         index = pos.to(torch.int32).view(-1)  # i = ⌊pos⌋ (pos ≥ 0)
         low, slope = values.index_select(0, index), slopes.index_select(0, index)
         # SoG = v[i] + (pos − i)·(v[i+1] − v[i]): one interpolation in the quantile table
-        return torch.addcmul(low, torch.frac(pos).view(-1), slope).view(shape)
+        return torch.addcmul(low, torch.frac(pos).view(-1), slope).view(shape).to(dtype)
 
     def _sample_exact(
         self, shape: Shape, device: torch.device, dtype: torch.dtype, generator: torch.Generator | None

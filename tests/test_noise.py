@@ -197,3 +197,12 @@ def test_sog_table_ks_on_ten_million_draws(k: float) -> None:
     mean, var = (harmonic - math.log(10)) / k, sum(1 / i**2 for i in range(1, 11)) / k
     assert fast.mean() == pytest.approx(mean, abs=5 * math.sqrt(var / fast.size))
     assert fast.var() == pytest.approx(var, rel=5e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sog_table_in_half_precision_keeps_the_distribution(dtype: torch.dtype) -> None:
+    half = SumOfGamma(k=5).sample((200_000,), dtype=dtype, generator=gen(27))
+    assert half.dtype == dtype and torch.isfinite(half).all()
+    full = SumOfGamma(k=5).sample((200_000,), dtype=torch.float64, generator=gen(28))
+    assert stats.ks_2samp(half.double().numpy(), full.numpy()).statistic < 0.01
+    assert len(torch.unique(half)) > 1000  # not a handful of grid points
