@@ -66,16 +66,17 @@ def _pid(
     eps: torch.Tensor,
     z: torch.Tensor,
     step: torch.Tensor,
-    lam: torch.Tensor | float,
+    inverse_lam: torch.Tensor | float,
     solve: Solve,
     two_sided: bool,
 ) -> torch.Tensor:
     """Per-sample PID estimate ``[MAP(θ + ε) − MAP(θ − step + ε)] / λ``, summed over samples.
 
-    ``step = λ ∇zL`` (``[N, S, m]``); ``lam`` broadcasts against ``[N, S, 1]`` and is never 0 where
-    ``step`` is nonzero.
+    ``step = λ ∇zL`` (``[N, S, m]``); ``inverse_lam`` = 1/λ broadcasts against ``[N, S, 1]`` (a
+    multiplier, so that a λ beyond the float range gives a tiny estimate, not 0·∞).
     """
-    per_sample = _difference(theta, eps, z, step, solve, two_sided) / lam  # eq. 7 per sample   [N, S, m]
+    diff = _difference(theta, eps, z, step, solve, two_sided)  # [N, S, m]
+    per_sample = diff * inverse_lam  # eq. 7 per sample   [N, S, m]
     return per_sample.sum(dim=1)  # Σ over the S samples (autograd's rule)         [N, m]
 
 
@@ -166,7 +167,7 @@ class RelativeTarget(TargetDistribution):
         positive("RelativeTarget lam", self.lam)
 
     def _step(self, perturbed: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(step, λ_eff)``: ``step = λ_eff ∇zL`` ``[N, S, m]`` and λ_eff ``[N, S, 1]`` (1 where ∇zL = 0)."""
+        """``(step, 1/λ_eff)``: ``step = λ_eff ∇zL`` ``[N, S, m]`` and ``1/λ_eff`` ``[N, S, 1]``."""
         # s = RMS(θ + ε), computed as max|x|·RMS(x / max|x|) so that huge finite weights cannot overflow.
         peak = perturbed.abs().amax(dim=-1, keepdim=True)  # max|θ + ε|   [N, S, 1]
         safe_peak = torch.where(peak > 0, peak, torch.ones_like(peak))
@@ -175,9 +176,10 @@ class RelativeTarget(TargetDistribution):
         g_max = grad_z.abs().amax(dim=-1, keepdim=True)  # ‖∇zL‖_∞   [N, S, 1]
         active = g_max > 0
         unit = grad_z / torch.where(active, g_max, torch.ones_like(g_max))  # ∇zL/‖∇zL‖_∞ ∈ [−1, 1]
-        step = (self.lam * scale) * unit  # λ_eff ∇zL = λ·s·∇zL/‖∇zL‖_∞   [N, S, m]
-        lam_eff = torch.where(active, self.lam * scale / torch.where(active, g_max, 1.0), 1.0)
-        return step, lam_eff
+        reach = (self.lam * scale).clamp(max=torch.finfo(scale.dtype).max)  # λ·s, finite   [N, S, 1]
+        step = reach * unit  # λ_eff ∇zL = λ·s·∇zL/‖∇zL‖_∞   [N, S, m]
+        inverse = torch.where(active, (g_max / scale) / self.lam, 1.0)  # 1/λ_eff = ‖∇zL‖_∞/(λ·s)
+        return step, inverse
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """θ' for noise-free θ (s = RMS(θ)); the layer's backward uses θ + ε for s."""
@@ -192,8 +194,8 @@ class RelativeTarget(TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        step, lam_eff = self._step(theta + eps, grad_z)  # λ_eff ∇zL, λ_eff   [N, S, m], [N, S, 1]
-        return _pid(theta, eps, z, step, lam_eff, solve, self.two_sided)
+        step, inverse = self._step(theta + eps, grad_z)  # λ_eff ∇zL, 1/λ_eff   [N, S, m], [N, S, 1]
+        return _pid(theta, eps, z, step, inverse, solve, self.two_sided)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,7 +243,7 @@ class PerturbedTarget(TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        return _pid(theta, eps, z, self.lam * grad_z, self.lam, solve, self.two_sided)
+        return _pid(theta, eps, z, self.lam * grad_z, 1.0 / self.lam, solve, self.two_sided)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -453,7 +455,7 @@ class RowAdaptiveTarget(TargetDistribution):
     ) -> torch.Tensor:
         lam = self.lam(theta, grad_z)  # [N, S, 1]
         divisor = torch.where(lam > 0, lam, torch.ones_like(lam))
-        grad = _pid(theta, eps, z, lam * grad_z, divisor, solve, self.two_sided)
+        grad = _pid(theta, eps, z, lam * grad_z, 1.0 / divisor, solve, self.two_sided)
         self._update(grad)
         return grad
 

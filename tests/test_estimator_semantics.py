@@ -309,6 +309,11 @@ def test_relative_target_survives_huge_and_zero_weights() -> None:
         squared(z).backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
         assert x.grad.abs().sum() > 0
+    # float32 weights at the top of the range: λ·RMS overflows, the estimate must not become 0·∞ or 0
+    w32 = torch.linspace(1e38, 3e38, 8).expand(4, 8).clone().requires_grad_(True)
+    z32 = IMLE(ORACLE, NoNoise())(w32)
+    (z32 * torch.linspace(-1, 1, 8)).sum().backward()
+    assert w32.grad is not None and torch.isfinite(w32.grad).all() and w32.grad.abs().sum() > 0
 
 
 def test_perturbed_optimizer_gumbel_gradient_is_unbiased() -> None:
