@@ -196,7 +196,11 @@ def test_sog_table_ks_on_ten_million_draws(k: float) -> None:
     harmonic = sum(1 / i for i in range(1, 11))
     mean, var = (harmonic - math.log(10)) / k, sum(1 / i**2 for i in range(1, 11)) / k
     assert fast.mean() == pytest.approx(mean, abs=5 * math.sqrt(var / fast.size))
-    assert fast.var() == pytest.approx(var, rel=5e-3)
+    # the sample variance of a heavy-tailed draw (Gamma shape 1/κ: kurtosis 6κ) is itself noisy: compare
+    # within 5 of its standard errors (the table's exact variance is checked to 0.5 % by quadrature above)
+    centred = fast - fast.mean()
+    stderr_var = math.sqrt(float(np.mean(centred**4) - fast.var() ** 2) / fast.size)
+    assert fast.var() == pytest.approx(var, abs=5 * stderr_var)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
