@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check: the CUDA-marked tests and the GPU benchmark rows, in one run (about 8 minutes on an H100).
+# GPU check: the CUDA-marked tests and the GPU benchmark rows, in one run (about 2 minutes on an H200).
 # Run from the repository root on a machine with CUDA, PyTorch, NumPy, SciPy and pytest; OR-Tools and
 # PuLP are not needed (their rows are skipped). Results go to $OUT (default /tmp/gpu-check).
 set -u

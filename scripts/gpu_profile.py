@@ -1,9 +1,8 @@
 """Where a terrain training step spends its time on a GPU, and the CPU SoG sampler on many threads."""
-import os
-import sys
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from imle_solvers import Gumbel, SumOfGamma
 from imle_solvers.training.command import main
@@ -35,13 +34,12 @@ for name, fn in ops.items():
     print(f"{name:22s} {(time.perf_counter() - t) / 50 * 1e3:.4f} ms")
 
 # 2. a profiled terrain epoch, 30×30, resnet stem, on CUDA (data cached by a first run)
-args = ["train", "--problem", "terrain", "--size", "30", "--model", "resnet-stem", "--method", "imle-mumu",
-        "--n-train", "700", "--n-test", "70", "--epochs", "1", "--device", "cuda", "--quiet", "--threads", "8",
-        "--out"]
-main(args[1:] + ["/tmp/prof-warm"])
-from torch.profiler import ProfilerActivity, profile
+args = ["--problem", "terrain", "--size", "30", "--model", "resnet-stem", "--method", "imle-mumu",
+        "--n-train", "700", "--n-test", "70", "--epochs", "1", "--device", "cuda", "--quiet",
+        "--threads", "8", "--out"]
+main([*args, "/tmp/prof-warm"])  # generates and caches the maps
 
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    main(args[1:] + ["/tmp/prof-run"])
+    main([*args, "/tmp/prof-run"])
 print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
 print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
