@@ -73,6 +73,11 @@ class STE(PerturbAndMAPLayer):
         ρ(ε), default Gumbel(0, 1) (the paper found STE slightly better with Gumbel than SoG).
     samples, pool, generator, check_finite
         As for [`IMLE`][imle_solvers.IMLE].
+
+    References
+    ----------
+    Bengio, Léonard & Courville, "Estimating or Propagating Gradients Through Stochastic Neurons for
+    Conditional Computation", 2013, <https://arxiv.org/abs/1308.3432>.
     """
 
     def __init__(
@@ -116,6 +121,11 @@ class Blackbox(PerturbAndMAPLayer):
         λ > 0, the interpolation strength.
     pool, check_finite
         As for [`IMLE`][imle_solvers.IMLE].
+
+    References
+    ----------
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
 
     def __init__(

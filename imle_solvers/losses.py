@@ -51,6 +51,11 @@ def hamming_loss(z: torch.Tensor, y: torch.Tensor, reduction: Reduction = "mean"
         ``(..., m)`` target states.
     reduction
         ``"mean"`` over all rows, ``"sum"``, or ``"none"`` for the per-row ``(...)`` values.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, sec. 5 and Fact 1,
+    <https://arxiv.org/abs/2106.01798>.
     """
     per_row = (z * (1 - y) + y * (1 - z)).mean(dim=-1)  # ℓ_H per row   [...]
     return _reduce(per_row, reduction)
@@ -125,6 +130,11 @@ def regret(
     -------
     torch.Tensor
         Normalised regret (0-dim) or per-instance regrets, without gradient.
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
     """
     lead = weights_pred.shape[:-1]
     pred, true = _flat_pair(oracle, weights_pred.detach(), weights_true.detach())
@@ -197,6 +207,11 @@ class SPOPlusLoss(nn.Module):
         Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     reduction
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
     """
 
     def __init__(
@@ -287,6 +302,11 @@ class FenchelYoungLoss(nn.Module):
         Optional `torch.Generator` for the noise.
     reduction
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
+
+    References
+    ----------
+    Berthet, Blondel, Teboul, Cuturi, Vert & Bach, "Learning with Differentiable Perturbed Optimizers",
+    NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
     """
 
     def __init__(

@@ -92,6 +92,11 @@ class Gumbel(NoiseDistribution):
     ----------
     tau
         Temperature / scale τ > 0.
+
+    References
+    ----------
+    Papandreou & Yuille, "Perturb-and-MAP Random Fields", ICCV 2011; Niepert, Minervini & Franceschi,
+    "Implicit MLE", NeurIPS 2021, Proposition 1, <https://arxiv.org/abs/2106.01798>.
     """
 
     tau: float = 1.0

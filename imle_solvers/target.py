@@ -419,6 +419,11 @@ class RowAdaptiveTarget(TargetDistribution):
         Use the central difference.
     min_norm
         Floor on ‖θ‖, so that λ is not stuck at 0 when θ starts at 0.
+
+    References
+    ----------
+    Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
+    Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
     """
 
     nonzero_target: float = 0.1

@@ -23,6 +23,11 @@ class TopK(TorchOracle):
         Subset size, ``1 <= k <= n_vars``.
     n_vars
         Number of items m.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, <https://arxiv.org/abs/2106.01798>.
     """
 
     sense = "max"
