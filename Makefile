@@ -27,7 +27,8 @@ $(STAMP): $(PY) pyproject.toml
 install: $(STAMP)
 
 lint: install
-	$(VENV)/bin/ruff check imle_solvers tests examples
+	$(VENV)/bin/ruff check imle_solvers tests examples scripts
+	$(VENV)/bin/ruff format --check imle_solvers tests examples scripts
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -25,8 +25,9 @@ from torch import nn
 from imle_solvers import ILP, IMLE, PerturbedTarget, SumOfGamma, hamming_loss
 
 
-def make_data(n_instances: int, n_items: int, w_true: np.ndarray, rng: np.random.Generator
-              ) -> tuple[np.ndarray, np.ndarray]:
+def make_data(
+    n_instances: int, n_items: int, w_true: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Features ``(N, n, p)`` and true values ``(N, n)``: linear in the features plus noise, positive."""
     x = rng.normal(size=(n_instances, n_items, w_true.size))
     values = np.clip(x @ w_true + 3.0 + 0.3 * rng.normal(size=(n_instances, n_items)), 0.1, None)  # v = g(x)
@@ -41,8 +42,9 @@ def regret(knapsack: ILP, values: np.ndarray, pred: np.ndarray, opt: np.ndarray)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backend", default="cpsat", choices=["cpsat", "cbc", "highs"])
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--items", type=int, default=12)
@@ -56,8 +58,9 @@ def main() -> None:
     item_weights = rng.integers(1, 10, size=n)
     capacity = int(item_weights.sum() // 3)
     knapsack = ILP(n, A_ub=item_weights[None], b_ub=[capacity], sense="max", backend=args.backend)
-    print(f"knapsack: {n} items, weights {item_weights.tolist()}, capacity {capacity}, "
-          f"backend {args.backend}")
+    print(
+        f"knapsack: {n} items, weights {item_weights.tolist()}, capacity {capacity}, backend {args.backend}"
+    )
 
     # --- data: features, true values, optimal selections (solved once with the same oracle)
     w_true = rng.normal(size=p)
@@ -92,14 +95,18 @@ def main() -> None:
             loss.backward()  # ∇v̂ ≈ (z − MAP(v̂' + ε)) / λ   (I-MLE)
             optim.step()
             losses.append(float(loss.detach()))
-        print(f"epoch {epoch:2d}  train Hamming {np.mean(losses):.3f}  test regret {test_regret():.3f}  "
-              f"({time.perf_counter() - start:.1f} s)")
+        print(
+            f"epoch {epoch:2d}  train Hamming {np.mean(losses):.3f}  test regret {test_regret():.3f}  "
+            f"({time.perf_counter() - start:.1f} s)"
+        )
 
     final = test_regret()
     random_pred = regret(knapsack, v_test, rng.normal(size=v_test.shape), y_test)
     noiseless = regret(knapsack, v_test, x_test.astype(np.float64) @ w_true + 3.0, y_test)
-    print(f"\nfinal test regret {final:.3f}   (random values: {random_pred:.3f}; the true linear map, "
-          f"which cannot see the value noise: {noiseless:.3f})")
+    print(
+        f"\nfinal test regret {final:.3f}   (random values: {random_pred:.3f}; the true linear map, "
+        f"which cannot see the value noise: {noiseless:.3f})"
+    )
 
 
 if __name__ == "__main__":

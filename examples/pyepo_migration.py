@@ -37,6 +37,7 @@ def pyepo_data(n_train: int, n_test: int, deg: int, seed: int = 135):  # type: i
 # %% [markdown]
 # ## The PyEPO script
 
+
 # %%
 def train_pyepo_spo(optmodel, train, epochs: int, seed: int = 0) -> nn.Module:  # type: ignore[no-untyped-def]
     torch.manual_seed(seed)
@@ -55,6 +56,7 @@ def train_pyepo_spo(optmodel, train, epochs: int, seed: int = 0) -> nn.Module:  
 # %% [markdown]
 # PyEPO's I-MLE, for comparison (10 samples, λ = 10, its default Sum-of-Gamma noise, L1 loss to the
 # optimal solution as its documentation suggests): every perturbed solve goes through the OR-Tools model.
+
 
 # %%
 def train_pyepo_imle(optmodel, train, epochs: int, seed: int = 0) -> nn.Module:  # type: ignore[no-untyped-def]
@@ -78,11 +80,12 @@ def train_pyepo_imle(optmodel, train, epochs: int, seed: int = 0) -> nn.Module: 
 # Two lines change the data and the solver over: `from_pyepo(train)` keeps PyEPO's features, costs and
 # optimal solutions, and `PyEPOOracle(optmodel)` solves with PyEPO's model. The loop is plain PyTorch.
 
+
 # %%
 def train_ours_spo(optmodel, train, epochs: int, seed: int = 0) -> nn.Module:  # type: ignore[no-untyped-def]
     torch.manual_seed(seed)
-    data = from_pyepo(train)                                  # PyEPO optDataset → PTODataset
-    spop = SPOPlusLoss(PyEPOOracle(optmodel))                 # PyEPO optModel → MapOracle
+    data = from_pyepo(train)  # PyEPO optDataset → PTODataset
+    spop = SPOPlusLoss(PyEPOOracle(optmodel))  # PyEPO optModel → MapOracle
     model = nn.Linear(5, 40)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(epochs):
@@ -100,18 +103,18 @@ def train_ours_spo(optmodel, train, epochs: int, seed: int = 0) -> nn.Module:  #
 # order is PyEPO's, so ten perturbed solves per instance cost microseconds; `PyEPOOracle(optmodel)`
 # works the same, at PyEPO's solver speed.
 
+
 # %%
 def train_ours_imle(train, epochs: int, seed: int = 0, samples: int = 10) -> nn.Module:  # type: ignore[no-untyped-def]
     torch.manual_seed(seed)
     data = from_pyepo(train, oracle=DAGShortestPath.grid(5, 5))
-    layer = IMLE(data.oracle, noise=SumOfGamma(k=8), target=PerturbedTarget(lam=10.0),
-                 samples=samples)
+    layer = IMLE(data.oracle, noise=SumOfGamma(k=8), target=PerturbedTarget(lam=10.0), samples=samples)
     model = nn.Linear(5, 40)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(epochs):
         for x, c, _z, _f in DataLoader(data, batch_size=32, shuffle=True):
-            z = layer(model(x))                               # z = MAP(ĉ + ε), paths   [B, S, 40]
-            loss = (z * c[:, None, :]).sum()                  # ⟨c, z⟩ summed: ∇z = c per instance
+            z = layer(model(x))  # z = MAP(ĉ + ε), paths   [B, S, 40]
+            loss = (z * c[:, None, :]).sum()  # ⟨c, z⟩ summed: ∇z = c per instance
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -121,9 +124,11 @@ def train_ours_imle(train, epochs: int, seed: int = 0, samples: int = 10) -> nn.
 # %% [markdown]
 # ## Regret on the same test set
 
+
 # %%
-def compare(n_train: int = 1000, n_test: int = 1000, epochs: int = 5, deg: int = 4,
-            pyepo_imle: bool = True) -> dict[str, float]:
+def compare(
+    n_train: int = 1000, n_test: int = 1000, epochs: int = 5, deg: int = 4, pyepo_imle: bool = True
+) -> dict[str, float]:
     optmodel, train, test = pyepo_data(n_train, n_test, deg)
     loader = DataLoader(test, batch_size=256)
     torch.manual_seed(0)

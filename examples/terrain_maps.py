@@ -75,39 +75,64 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--plot", default=None, help="save a figure of test maps and paths here")
-    parser.add_argument("--model", choices=["terrain-cnn", "resnet-stem"], default="terrain-cnn",
-                        help="the light CNN or the paper's ResNet18 first block")
+    parser.add_argument(
+        "--model",
+        choices=["terrain-cnn", "resnet-stem"],
+        default="terrain-cnn",
+        help="the light CNN or the paper's ResNet18 first block",
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda: model, data and noise live there")
     args = parser.parse_args()
     torch.set_num_threads(1)
     acc: dict[str, list[float]] = {m: [] for m in METHODS}
     for seed in args.seeds:
-        problem = make_problem("terrain", args.n_train, args.n_test, seed, model=args.model,
-                               device=args.device)
+        problem = make_problem(
+            "terrain", args.n_train, args.n_test, seed, model=args.model, device=args.device
+        )
         d = problem.defaults
         models = {}
         for name in METHODS:
             torch.manual_seed(seed)
             model = problem.model()
-            out = train_model(model, name, problem.train, problem.test, epochs=args.epochs,
-                              batch_size=d["batch_size"], lr=d["lr"], seed=seed,
-                              train_oracle=problem.train_oracle, eval_oracle=problem.eval_oracle,
-                              device=args.device,
-                              method_options={"samples": d["samples"], "bb_loss": d["bb_loss"],
-                                              "dpo_samples": d["dpo_samples"]})
+            out = train_model(
+                model,
+                name,
+                problem.train,
+                problem.test,
+                epochs=args.epochs,
+                batch_size=d["batch_size"],
+                lr=d["lr"],
+                seed=seed,
+                train_oracle=problem.train_oracle,
+                eval_oracle=problem.eval_oracle,
+                device=args.device,
+                method_options={
+                    "samples": d["samples"],
+                    "bb_loss": d["bb_loss"],
+                    "dpo_samples": d["dpo_samples"],
+                },
+            )
             acc[name].append(100 * out["accuracy"])
             models[name] = model
             print(f"seed {seed} {name:>10}: accuracy {100 * out['accuracy']:.1f}%", flush=True)
         if args.plot and seed == args.seeds[0]:
             plot(problem, models, args.plot)
-    rows = [{"method": METHODS[m], "accuracy % (ours)": f"{np.mean(a):.1f} ± {np.std(a):.1f}",
-             "paper (Warcraft 12x12)": PAPER[m]} for m, a in acc.items()]
+    rows = [
+        {
+            "method": METHODS[m],
+            "accuracy % (ours)": f"{np.mean(a):.1f} ± {np.std(a):.1f}",
+            "paper (Warcraft 12x12)": PAPER[m],
+        }
+        for m, a in acc.items()
+    ]
     print()
     print(format_table(rows))
     order = sorted(["imle-mumu", "dbb", "dpo"], key=lambda m: -np.mean(acc[m]))
     same = order == ["imle-mumu", "dbb", "dpo"]
-    print(f"\nordering: {' > '.join(METHODS[m] for m in order)} — "
-          f"{'same as' if same else 'differs from'} the paper's I-MLE μ-μ > BB > DPO")
+    print(
+        f"\nordering: {' > '.join(METHODS[m] for m in order)} — "
+        f"{'same as' if same else 'differs from'} the paper's I-MLE μ-μ > BB > DPO"
+    )
 
 
 if __name__ == "__main__":

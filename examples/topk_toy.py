@@ -119,8 +119,11 @@ def noise_study(instances: int, runs: int, out: Path, argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     command = "python examples/topk_toy.py " + " ".join(argv)
     (out / "noise_study.md").write_text(f"{text}\n\nCommand: `{command.strip()}`\n")
-    payload = {"pairs": rows, "summary": summary,
-               "instances": [{"seed": r.config["seed"], "rows": r.rows, "grid": r.grid} for r in results]}
+    payload = {
+        "pairs": rows,
+        "summary": summary,
+        "instances": [{"seed": r.config["seed"], "rows": r.rows, "grid": r.grid} for r in results],
+    }
     (out / "noise_study.json").write_text(json.dumps(payload, indent=1))
     print(f"wrote {out / 'noise_study.md'}, {out / 'noise_study.json'}")
     return 0

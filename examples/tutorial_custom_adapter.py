@@ -24,6 +24,7 @@ torch.manual_seed(0)
 # `sense = "min"`: the weights are costs. `solve_batch`, input validation and row-numbered errors come
 # from `MapOracle`.
 
+
 # %%
 class Assignment(MapOracle):
     """Min-cost perfect matching of an n×n cost matrix (weights and states flattened row by row)."""
@@ -47,6 +48,7 @@ oracle = Assignment(3)
 # ## Check it against brute force
 #
 # Before training through an adapter, compare it with an enumeration on random (also negative) costs.
+
 
 # %%
 def brute_force(costs: np.ndarray, n: int) -> float:

@@ -44,8 +44,11 @@ def positive_int(name: str, value: Any) -> int:
 
 def in_range(name: str, value: Any, low: float, high: float, *, closed: str = "[)") -> float:
     """``value`` as a float if it lies in the interval ``low … high`` (``closed``: ``"[)"``, ``"(]"``…)."""
-    ok = _real(value) and (value >= low if closed[0] == "[" else value > low) and (
-        value <= high if closed[1] == "]" else value < high)
+    ok = (
+        _real(value)
+        and (value >= low if closed[0] == "[" else value > low)
+        and (value <= high if closed[1] == "]" else value < high)
+    )
     if not ok:
         raise _fail(name, f"in {closed[0]}{low:g}, {high:g}{closed[1]}", value)
     return float(value)

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 __all__ = ["COMMANDS", "HelpFormatter", "build_parser", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("imle_solvers.experiments.pto_demo",
-             "train a shortest-path model three ways and plot its learning curves"),
+    "demo": (
+        "imle_solvers.experiments.pto_demo",
+        "train a shortest-path model three ways and plot its learning curves",
+    ),
     "toy": ("imle_solvers.experiments.topk_toy", "the I-MLE paper's synthetic top-k experiment"),
     "vae": ("imle_solvers.experiments.vae", "the I-MLE paper's discrete 10-subset VAE"),
     "l2x": ("imle_solvers.experiments.l2x", "learning to explain on a planted-explanation corpus"),
@@ -54,10 +56,19 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: the command listing, `--version`, and errors for a missing command."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="imle-solvers", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-V", "--version", action="version", version=f"imle-solvers {__version__}",
-                        help="show the version and exit")
+    parser = argparse.ArgumentParser(
+        prog="imle-solvers",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-V",
+        "--version",
+        action="version",
+        version=f"imle-solvers {__version__}",
+        help="show the version and exit",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
     for name, (_, summary) in COMMANDS.items():
         sub.add_parser(name, help=summary, add_help=False)

@@ -116,8 +116,15 @@ class ILP(MapOracle):
         form = LinearForm.from_matrices(c_size, A_ub, b_ub, A_eq, b_eq, bounds, integer)
         self._setup(form, sense, backend, time_limit, strict, options)
 
-    def _setup(self, form: LinearForm, sense: str, backend: str, time_limit: float | None, strict: bool,
-               options: dict[str, Any]) -> None:
+    def _setup(
+        self,
+        form: LinearForm,
+        sense: str,
+        backend: str,
+        time_limit: float | None,
+        strict: bool,
+        options: dict[str, Any],
+    ) -> None:
         if sense not in ("max", "min"):
             raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
         if backend not in _BACKENDS:
@@ -128,13 +135,19 @@ class ILP(MapOracle):
         if backend == "cpsat":
             from .adapters.cpsat import CPSATOracle
 
-            oracle = CPSATOracle.from_linear_form(form, sense, time_limit=time_limit,  # type: ignore[arg-type]
-                                                  strict=strict, **options)
+            oracle = CPSATOracle.from_linear_form(
+                form,
+                sense,  # type: ignore[arg-type]
+                time_limit=time_limit,
+                strict=strict,
+                **options,
+            )
         else:
             from .adapters.pulp import PulpOracle
 
-            oracle = PulpOracle.from_linear_form(form, backend, sense, time_limit=time_limit, strict=strict,
-                                                 **options)
+            oracle = PulpOracle.from_linear_form(
+                form, backend, sense, time_limit=time_limit, strict=strict, **options
+            )
         self.sense = sense  # type: ignore[assignment]
         self.n_vars = form.n_vars
         self.expected_nonzeros = oracle.expected_nonzeros
@@ -186,5 +199,7 @@ class ILP(MapOracle):
         return self.oracle.solve(weights)
 
     def __repr__(self) -> str:
-        return (f"ILP(c_size={self.n_vars}, rows={self.form.n_rows}, sense={self.sense!r}, "
-                f"backend={self.backend!r}, time_limit={self.time_limit})")
+        return (
+            f"ILP(c_size={self.n_vars}, rows={self.form.n_rows}, sense={self.sense!r}, "
+            f"backend={self.backend!r}, time_limit={self.time_limit})"
+        )

@@ -218,7 +218,6 @@ class TorchOracle(MapOracle):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         return _FunctionOracle(fn, int(n_vars), sense, expected_nonzeros, name)
 
-
     def solve(self, weights: np.ndarray) -> np.ndarray:
         """Solve one ``(m,)`` numpy instance through `solve_torch`."""
         return self.solve_batch(np.asarray(weights)[None])[0]
@@ -369,4 +368,3 @@ def _to_device(states: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     if like.device.type == "cuda":
         return out.pin_memory().to(like.device, non_blocking=True)
     return out.to(like.device)
-

@@ -150,7 +150,10 @@ def assert_oracle_contract(
         try:
             copy = pickle.loads(pickle.dumps(oracle))
         except Exception as exc:  # any pickling failure is the finding
-            raise _fail(oracle, f"it does not pickle ({type(exc).__name__}: {exc}); pass picklable=False "
-                                "if it is only used in-process or on threads") from exc
+            raise _fail(
+                oracle,
+                f"it does not pickle ({type(exc).__name__}: {exc}); pass picklable=False "
+                "if it is only used in-process or on threads",
+            ) from exc
         if not np.array_equal(np.asarray(copy.solve_batch(weights)), batch):
             raise _fail(oracle, "a pickled copy gives other states")

@@ -1,4 +1,5 @@
 """Where a terrain training step spends its time on a GPU, and the CPU SoG sampler on many threads."""
+
 import time
 
 import torch
@@ -34,9 +35,28 @@ for name, fn in ops.items():
     print(f"{name:22s} {(time.perf_counter() - t) / 50 * 1e3:.4f} ms")
 
 # 2. a profiled terrain epoch, 30×30, resnet stem, on CUDA (data cached by a first run)
-args = ["--problem", "terrain", "--size", "30", "--model", "resnet-stem", "--method", "imle-mumu",
-        "--n-train", "700", "--n-test", "70", "--epochs", "1", "--device", "cuda", "--quiet",
-        "--threads", "8", "--out"]
+args = [
+    "--problem",
+    "terrain",
+    "--size",
+    "30",
+    "--model",
+    "resnet-stem",
+    "--method",
+    "imle-mumu",
+    "--n-train",
+    "700",
+    "--n-test",
+    "70",
+    "--epochs",
+    "1",
+    "--device",
+    "cuda",
+    "--quiet",
+    "--threads",
+    "8",
+    "--out",
+]
 main([*args, "/tmp/prof-warm"])  # generates and caches the maps
 
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -101,7 +101,7 @@ def assignment(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``n × n`` assignment: rows then columns sum to one; variable ``i·n + j``."""
     A = np.zeros((2 * n, n * n))
     for i in range(n):
-        A[i, i * n:(i + 1) * n] = 1.0
+        A[i, i * n : (i + 1) * n] = 1.0
         A[n + i, i::n] = 1.0
     return A, np.ones(2 * n)
 

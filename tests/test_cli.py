@@ -59,8 +59,9 @@ def test_command_summaries_are_one_line() -> None:
 
 
 @pytest.mark.parametrize("argv", [[], ["--quick"], ["frobnicate"]])
-def test_missing_or_unknown_command_exits_2_with_usage(argv: list[str], capsys: pytest.CaptureFixture[str]
-                                                       ) -> None:
+def test_missing_or_unknown_command_exits_2_with_usage(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: imle-solvers [-h] [-V] COMMAND ...")
@@ -101,8 +102,9 @@ def test_demo_help_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert not MARKUP.search(out)
     assert re.search(r"--epochs EPOCHS +training epochs of each method \(default: 10\)", out)
-    assert re.search(r"--out DIR +directory for curves.png \(the learning curves\) \(default: runs/demo\)",
-                     out)
+    assert re.search(
+        r"--out DIR +directory for curves.png \(the learning curves\) \(default: runs/demo\)", out
+    )
     for action in pto_demo.build_parser()._actions:
         assert action.help, action.dest
 
@@ -118,16 +120,25 @@ def test_every_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
             assert not MARKUP.search(out), command
 
 
-def test_demo_plots_what_training_returns(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_demo_plots_what_training_returns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The demo's reporting and plotting on given training results (the training is tested elsewhere)."""
     pytest.importorskip("matplotlib")
     import imle_solvers.training as training
 
     def fake_run(config: training.TrainConfig) -> list[dict[str, object]]:
         assert config.problem == "shortest-path" and config.epochs == 2 and config.n_test == 1000
-        return [{"method": m, "regret": 0.1 + i / 100, "accuracy": 0.5, "epoch_time": 0.01,
-                 "curve": [0.6, 0.2, 0.1 + i / 100]} for i, m in enumerate(config.methods)]
+        return [
+            {
+                "method": m,
+                "regret": 0.1 + i / 100,
+                "accuracy": 0.5,
+                "epoch_time": 0.01,
+                "curve": [0.6, 0.2, 0.1 + i / 100],
+            }
+            for i, m in enumerate(config.methods)
+        ]
 
     monkeypatch.setattr(training, "run", fake_run)
     assert cli.main(["demo", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0

@@ -101,8 +101,10 @@ def test_model_built_once_and_hint_only_on_request() -> None:
     z2 = hinted.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
     np.testing.assert_array_equal(z2, [1, 0, 1, 0, 0])
     assert list(hint.values) == [1, 0, 1, 0, 0]
-    assert list(hinted._state().proto.objective.coeffs) == hinted.scaled_costs(
-        np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
+    assert (
+        list(hinted._state().proto.objective.coeffs)
+        == hinted.scaled_costs(np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
+    )
 
 
 def test_scaled_costs_resolution_and_zero_weights() -> None:

@@ -22,7 +22,7 @@ MARKER = "<!-- the block below is executed by tests/test_custom_adapter.py -->"
 def _adapter_source() -> str:
     text = PAGE.read_text()
     assert MARKER in text, "the marked code block is missing from docs/custom-adapter.md"
-    match = re.search(r"```python\n(.*?)```", text[text.index(MARKER):], flags=re.S)
+    match = re.search(r"```python\n(.*?)```", text[text.index(MARKER) :], flags=re.S)
     assert match is not None
     return match.group(1)
 
@@ -92,7 +92,7 @@ def test_the_adapter_keeps_the_contract(Assignment: Any) -> None:
 
 def test_the_page_code_blocks_after_the_adapter_run(Assignment: Any) -> None:
     text = PAGE.read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Test it against"):], flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text[text.index("## Test it against") :], flags=re.S)
     namespace: dict[str, Any] = {"Assignment": Assignment, "np": np}
     for block in blocks[:2]:  # the contract check and the from_function example
         exec(compile(block, str(PAGE), "exec"), namespace)

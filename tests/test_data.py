@@ -39,10 +39,12 @@ def grid_paths(oracle: DAGShortestPath) -> np.ndarray:
 def test_fixed_seed_values() -> None:
     # PyEPO's draw order (B, x, ε from RandomState(135)); values recorded from this implementation
     d = shortest_path(3, deg=2, noise_width=0.5, seed=135)
-    np.testing.assert_allclose(d.features[0].numpy(), [0.189780, 0.281312, 0.804075, 0.343585, 0.796995],
-                               atol=1e-6)
-    np.testing.assert_allclose(d.costs[0, :6].numpy(),
-                               [1.416918, 1.633803, 1.202865, 0.735007, 0.673360, 1.945560], atol=1e-5)
+    np.testing.assert_allclose(
+        d.features[0].numpy(), [0.189780, 0.281312, 0.804075, 0.343585, 0.796995], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        d.costs[0, :6].numpy(), [1.416918, 1.633803, 1.202865, 0.735007, 0.673360, 1.945560], atol=1e-5
+    )
     np.testing.assert_allclose(d.objectives.numpy(), [6.913897, 5.736040, 5.733779], atol=1e-5)
 
 
@@ -173,8 +175,12 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(terrain, "_terrain_types", no_generation)
     again = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
-    for a, b in [(again.features, small.features), (again.costs, small.costs),
-                 (again.solutions, small.solutions), (again.objectives, small.objectives)]:
+    for a, b in [
+        (again.features, small.features),
+        (again.costs, small.costs),
+        (again.solutions, small.solutions),
+        (again.objectives, small.objectives),
+    ]:
         assert torch.equal(a, b)
     np.testing.assert_array_equal(again.info["types"], small.info["types"])
     with pytest.raises(ValueError, match="uint8"):
@@ -183,8 +189,9 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
         terrain_maps(5, size=4, pixels=4, image_dtype=torch.float64)
 
 
-def test_terrain_cache_that_cannot_be_written_is_a_warning(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_terrain_cache_that_cannot_be_written_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from imle_solvers.data import terrain_maps
 
     blocker = tmp_path / "a-file"

@@ -76,7 +76,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, _Page]:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     pages = {}
@@ -144,7 +148,10 @@ def test_internal_links_resolve(site: dict[Path, _Page]) -> None:
 
 
 def test_no_reference_to_files_outside_the_project() -> None:
-    sources = [*ROOT.joinpath("docs").rglob("*.md"), *ROOT.joinpath("imle_solvers").rglob("*.py"),
-               ROOT / "README.md"]
+    sources = [
+        *ROOT.joinpath("docs").rglob("*.md"),
+        *ROOT.joinpath("imle_solvers").rglob("*.py"),
+        ROOT / "README.md",
+    ]
     bad = [str(p.relative_to(ROOT)) for p in sources if "DESIGN.md" in p.read_text(encoding="utf-8")]
     assert not bad, f"these files point to a DESIGN.md the project does not have: {bad}"

@@ -16,8 +16,15 @@ from imle_solvers.errors import (
     WorkerCrashedError,
 )
 
-ALL = [InvalidWeightsError, InfeasibleError, UnboundedError, SolverTimeoutError, NegativeCycleError,
-       WorkerCrashedError, MissingExtraError]
+ALL = [
+    InvalidWeightsError,
+    InfeasibleError,
+    UnboundedError,
+    SolverTimeoutError,
+    NegativeCycleError,
+    WorkerCrashedError,
+    MissingExtraError,
+]
 
 
 @pytest.mark.parametrize("cls", ALL)

@@ -57,15 +57,18 @@ Y = ORACLE.solve_torch(torch.randn(6, 8, generator=gen(1), dtype=torch.float64))
 LINEAR: dict[str, Callable[[], nn.Module]] = {
     "imle-default": lambda: IMLE(ORACLE, Gumbel(), samples=3, generator=gen(2)),
     "imle-default-sog": lambda: IMLE(ORACLE, samples=3, generator=gen(2)),
-    "imle-default-two-sided": lambda: IMLE(ORACLE, Gumbel(), RelativeTarget(two_sided=True), samples=3,
-                                           generator=gen(2)),
+    "imle-default-two-sided": lambda: IMLE(
+        ORACLE, Gumbel(), RelativeTarget(two_sided=True), samples=3, generator=gen(2)
+    ),
     "aimle": lambda: IMLE(ORACLE, Gumbel(), AdaptiveTarget(), samples=3, generator=gen(2)),
-    "aimle-two-sided": lambda: IMLE(ORACLE, Gumbel(), AdaptiveTarget(two_sided=True), samples=3,
-                                    generator=gen(2)),
+    "aimle-two-sided": lambda: IMLE(
+        ORACLE, Gumbel(), AdaptiveTarget(two_sided=True), samples=3, generator=gen(2)
+    ),
     "ste": lambda: STE(ORACLE, samples=3, generator=gen(2)),
     "perturbed-optimizer": lambda: PerturbedOptimizer(ORACLE, samples=3, generator=gen(2)),
-    "perturbed-optimizer-gumbel": lambda: PerturbedOptimizer(ORACLE, samples=3, noise="gumbel",
-                                                             generator=gen(2)),
+    "perturbed-optimizer-gumbel": lambda: PerturbedOptimizer(
+        ORACLE, samples=3, noise="gumbel", generator=gen(2)
+    ),
 }
 
 
@@ -127,8 +130,9 @@ def test_fixed_lambda_loses_rows_under_mean_and_warns_once() -> None:
         # the default target never needs the warning, under the same loss
         hamming_loss(IMLE(ORACLE, Gumbel(), generator=gen(6))(x), y).backward()
         # a summed loss keeps the fixed λ working: no warning
-        hamming_loss(IMLE(ORACLE, Gumbel(), PerturbedTarget(10.0), generator=gen(6))(x), y,
-                     reduction="sum").backward()
+        hamming_loss(
+            IMLE(ORACLE, Gumbel(), PerturbedTarget(10.0), generator=gen(6))(x), y, reduction="sum"
+        ).backward()
 
 
 # --------------------------------------------------------------------------- the S convention
@@ -232,8 +236,13 @@ def test_aimle_state_is_in_the_state_dict_and_restored() -> None:
 
 
 def test_aimle_argument_errors() -> None:
-    for kwargs in ({"nonzero_target": 0.0}, {"beta": -1.0}, {"step": -1.0}, {"momentum": 1.0},
-                   {"decay": 1.0}):
+    for kwargs in (
+        {"nonzero_target": 0.0},
+        {"beta": -1.0},
+        {"step": -1.0},
+        {"momentum": 1.0},
+        {"decay": 1.0},
+    ):
         with pytest.raises(ValueError):
             AdaptiveTarget(**kwargs)  # type: ignore[arg-type]
 
@@ -265,8 +274,9 @@ def test_noise_on_costs_perturbs_the_costs_of_a_min_oracle() -> None:
     expected_theta = EnumOracle(states, "min").solve_batch((costs - eps[:, 0]).numpy())  # MAP(θ + ε)
     np.testing.assert_array_equal(on_theta.numpy(), expected_theta)
     # for a "max" oracle the two coincide
-    up = [IMLE(EnumOracle(states), Gumbel(), generator=gen(12), noise_on=on)(costs)
-          for on in ("theta", "costs")]
+    up = [
+        IMLE(EnumOracle(states), Gumbel(), generator=gen(12), noise_on=on)(costs) for on in ("theta", "costs")
+    ]
     assert torch.equal(up[0], up[1])
     with pytest.raises(ValueError):
         IMLE(ORACLE, noise_on="weights")  # type: ignore[arg-type]
@@ -411,8 +421,9 @@ def test_torch_func_grad_equals_autograd() -> None:
         return squared(IMLE(ORACLE, Gumbel(), samples=2, generator=gen(19))(w))
 
     functional = torch.func.grad(loss)(W)
-    torch.testing.assert_close(functional, grad(lambda: IMLE(ORACLE, Gumbel(), samples=2, generator=gen(19)),
-                                                W, squared))
+    torch.testing.assert_close(
+        functional, grad(lambda: IMLE(ORACLE, Gumbel(), samples=2, generator=gen(19)), W, squared)
+    )
 
 
 def test_torch_func_vmap_maps_a_leading_dimension() -> None:
@@ -426,11 +437,16 @@ def test_torch_func_vmap_maps_a_leading_dimension() -> None:
 # --------------------------------------------------------------------------- CUDA
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("target", [None, AdaptiveTarget(), RelativeTarget(two_sided=True)],
-                         ids=["default", "aimle", "two-sided"])
+@pytest.mark.parametrize(
+    "target", [None, AdaptiveTarget(), RelativeTarget(two_sided=True)], ids=["default", "aimle", "two-sided"]
+)
 def test_cuda_layer_step_makes_no_host_sync(target: object) -> None:  # pragma: no cover - GPU only
-    layer = IMLE(TopK(10, 100), target=target, samples=4,  # type: ignore[arg-type]
-                 generator=torch.Generator("cuda").manual_seed(0)).cuda()
+    layer = IMLE(
+        TopK(10, 100),
+        target=target,
+        samples=4,  # type: ignore[arg-type]
+        generator=torch.Generator("cuda").manual_seed(0),
+    ).cuda()
     w = torch.randn(64, 100, device="cuda", requires_grad=True)
     (layer(w) ** 2).mean().backward()  # warm-up: SoG table and target buffers reach the device
     torch.cuda.synchronize()
@@ -468,7 +484,8 @@ def test_cuda_gradients_match_cpu_with_the_same_noise() -> None:  # pragma: no c
         x = w.to(device).requires_grad_(True)
         target, upstream = RelativeTarget(), torch.randn(16, 3, 20, generator=gen(2), dtype=torch.float64)
         z = TopK(5, 20).solve_torch(x.detach().unsqueeze(1) + eps.to(device))
-        g = target.estimate(x.detach().unsqueeze(1), eps.to(device), z, upstream.to(device),
-                            TopK(5, 20).solve_torch)
+        g = target.estimate(
+            x.detach().unsqueeze(1), eps.to(device), z, upstream.to(device), TopK(5, 20).solve_torch
+        )
         grads.append(g.cpu())
     torch.testing.assert_close(grads[0], grads[1])

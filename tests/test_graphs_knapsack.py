@@ -30,8 +30,7 @@ def brute_force(weights: np.ndarray, caps: np.ndarray, values: np.ndarray) -> np
     return best_z.astype(float)
 
 
-@given(n=st.integers(1, 10), dims=st.integers(1, 2), seed=st.integers(0, 2**31 - 1),
-       integer=st.booleans())
+@given(n=st.integers(1, 10), dims=st.integers(1, 2), seed=st.integers(0, 2**31 - 1), integer=st.booleans())
 def test_both_methods_match_brute_force(n: int, dims: int, seed: int, integer: bool) -> None:
     rng = np.random.default_rng(seed)
     weights = rng.integers(0, 7, (n, dims))

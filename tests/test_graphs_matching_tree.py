@@ -181,11 +181,14 @@ def test_spanning_tree_kind_is_checked() -> None:
         SpanningTree(nx.path_graph(3), kind="minimum")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Matching(nx.petersen_graph()),
-    lambda: Matching(nx.complete_bipartite_graph(3, 4), maxcardinality=True),
-    lambda: SpanningTree(nx.petersen_graph(), kind="max"),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Matching(nx.petersen_graph()),
+        lambda: Matching(nx.complete_bipartite_graph(3, 4), maxcardinality=True),
+        lambda: SpanningTree(nx.petersen_graph(), kind="max"),
+    ],
+)
 def test_pickle_round_trip_and_threads(make) -> None:
     oracle = make()
     w = np.random.default_rng(1).integers(-2, 3, size=(12, oracle.n_vars)).astype(np.float64)

@@ -21,8 +21,9 @@ from imle_solvers.errors import InfeasibleError, InvalidWeightsError, NegativeCy
 # --------------------------------------------------------------------------------------------------
 
 
-def brute_shortest_path(graph: nx.Graph, s: object, t: object, weights_on: str, w: np.ndarray
-                        ) -> tuple[str, float, set[tuple[float, ...]]]:
+def brute_shortest_path(
+    graph: nx.Graph, s: object, t: object, weights_on: str, w: np.ndarray
+) -> tuple[str, float, set[tuple[float, ...]]]:
     """("infeasible" | "negcycle" | "ok", optimal cost, set of optimal states) by enumeration.
 
     The shortest *walk* is unbounded iff a negative cycle lies among the nodes that are reachable from
@@ -119,16 +120,24 @@ def test_dag_matches_brute_force_and_both_dp_paths_agree(case, weights_on, data)
         assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
 
 
-@given(case=graph_cases("digraph"), weights_on=st.sampled_from(["edges", "nodes"]),
-       negative=st.booleans(), data=st.data())
+@given(
+    case=graph_cases("digraph"),
+    weights_on=st.sampled_from(["edges", "nodes"]),
+    negative=st.booleans(),
+    data=st.data(),
+)
 def test_digraph_matches_brute_force(case, weights_on, negative, data) -> None:
     graph, s, t = case
     oracle = ShortestPath(graph, s, t, weights_on=weights_on)
     check_against_brute(oracle, graph, s, t, data.draw(weights_for(oracle.n_vars, negative)))
 
 
-@given(case=graph_cases("graph"), weights_on=st.sampled_from(["edges", "nodes"]),
-       negative=st.booleans(), data=st.data())
+@given(
+    case=graph_cases("graph"),
+    weights_on=st.sampled_from(["edges", "nodes"]),
+    negative=st.booleans(),
+    data=st.data(),
+)
 def test_undirected_matches_brute_force(case, weights_on, negative, data) -> None:
     graph, s, t = case
     oracle = ShortestPath(graph, s, t, weights_on=weights_on)
@@ -140,20 +149,26 @@ def test_undirected_matches_brute_force(case, weights_on, negative, data) -> Non
 def test_dag_ties_first_in_arc_wins_in_both_dps(case, data) -> None:
     graph, s, t = case
     oracle = ShortestPath(graph, s, t)
-    w = np.array(data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=oracle.n_vars,
-                                    max_size=oracle.n_vars)))  # ties everywhere
+    w = np.array(
+        data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=oracle.n_vars, max_size=oracle.n_vars))
+    )  # ties everywhere
     if oracle.is_dag:
         cost = oracle._arc_costs(w)
         assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
         rows = np.stack([w, 1.0 - w, w, np.zeros_like(w)])  # the batched DP: same states, row by row
-        np.testing.assert_array_equal(oracle._dag_states_numpy(oracle._arc_costs(rows)),
-                                      [oracle.solve(r) for r in rows])
+        np.testing.assert_array_equal(
+            oracle._dag_states_numpy(oracle._arc_costs(rows)), [oracle.solve(r) for r in rows]
+        )
         nodes = ShortestPath(graph, s, t, weights_on="nodes")
-        x = np.array(data.draw(st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=nodes.n_vars,
-                                        max_size=nodes.n_vars)))
+        x = np.array(
+            data.draw(
+                st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=nodes.n_vars, max_size=nodes.n_vars)
+            )
+        )
         rows = np.stack([x, -x, x])
-        np.testing.assert_array_equal(nodes._dag_states_numpy(nodes._arc_costs(rows)),
-                                      [nodes.solve(r) for r in rows])
+        np.testing.assert_array_equal(
+            nodes._dag_states_numpy(nodes._arc_costs(rows)), [nodes.solve(r) for r in rows]
+        )
 
 
 def test_dag_batch_uses_the_batched_dp_and_agrees_with_solve(monkeypatch) -> None:
@@ -334,11 +349,14 @@ def test_bad_constructor_arguments() -> None:
         ShortestPath([("s", "t")], "s", "t")
 
 
-@pytest.mark.parametrize("make", [
-    lambda: ShortestPath(nx.gnp_random_graph(12, 0.3, seed=1, directed=True), 0, 11),
-    lambda: ShortestPath(nx.grid_2d_graph(3, 3), (0, 0), (2, 2), weights_on="nodes"),
-    lambda: GridShortestPath(5, 4, neighbourhood=4),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ShortestPath(nx.gnp_random_graph(12, 0.3, seed=1, directed=True), 0, 11),
+        lambda: ShortestPath(nx.grid_2d_graph(3, 3), (0, 0), (2, 2), weights_on="nodes"),
+        lambda: GridShortestPath(5, 4, neighbourhood=4),
+    ],
+)
 def test_pickle_round_trip_and_threads(make) -> None:
     oracle = make()
     rng = np.random.default_rng(0)
@@ -361,8 +379,13 @@ def grid_paths(h: int, w: int, nb: int) -> np.ndarray:
     """Cell indicators of every simple top-left → bottom-right path, ``(P, h·w)``."""
     graph = nx.grid_2d_graph(h, w)
     if nb == 8:
-        graph.add_edges_from(((r, c), (r + 1, c + dc)) for r in range(h - 1) for c in range(w)
-                             for dc in (-1, 1) if 0 <= c + dc < w)
+        graph.add_edges_from(
+            ((r, c), (r + 1, c + dc))
+            for r in range(h - 1)
+            for c in range(w)
+            for dc in (-1, 1)
+            if 0 <= c + dc < w
+        )
     paths = [[(0, 0)]] if h * w == 1 else nx.all_simple_paths(graph, (0, 0), (h - 1, w - 1))
     out = []
     for path in paths:
@@ -432,8 +455,9 @@ def test_grid_batch_rows_equal_single_solves_ties_included(nb, data) -> None:
 def test_grid_agrees_with_networkx_on_12x12() -> None:
     oracle = GridShortestPath(12, 12)
     graph = nx.grid_2d_graph(12, 12)
-    graph.add_edges_from(((r, c), (r + 1, c + dc)) for r in range(11) for c in range(12)
-                         for dc in (-1, 1) if 0 <= c + dc < 12)
+    graph.add_edges_from(
+        ((r, c), (r + 1, c + dc)) for r in range(11) for c in range(12) for dc in (-1, 1) if 0 <= c + dc < 12
+    )
     rng = np.random.default_rng(7)
     x = rng.random((20, 12, 12)) * 10 + 0.01
     x[:, ::2, ::2] *= -0.001  # negative cells, never adjacent: no negative cycle

@@ -35,8 +35,11 @@ def assert_paths(states: np.ndarray, h: int, w: int, neighbourhood: int) -> None
 
 
 @given(
-    h=st.integers(1, 12), w=st.integers(1, 12), neighbourhood=st.sampled_from([4, 8]),
-    seed=st.integers(0, 2**31 - 1), levels=st.sampled_from([1, 2, 3, 0]),
+    h=st.integers(1, 12),
+    w=st.integers(1, 12),
+    neighbourhood=st.sampled_from([4, 8]),
+    seed=st.integers(0, 2**31 - 1),
+    levels=st.sampled_from([1, 2, 3, 0]),
 )
 def test_matches_scipy_dijkstra(h: int, w: int, neighbourhood: int, seed: int, levels: int) -> None:
     """Same cost as SciPy's Dijkstra; the same state when the costs are continuous (unique optimum).

@@ -75,8 +75,9 @@ def test_sgd_reduces_hamming_loss_to_target(name: str, estimator: str) -> None:
     weights, target = problem(oracle)
     before = float(hamming_loss(torch.from_numpy(oracle.solve(weights.detach().numpy())), target))
     if estimator == "imle":
-        layer: torch.nn.Module = IMLE(oracle, target=PerturbedTarget(lam=8.0),
-                                      generator=torch.Generator().manual_seed(0))
+        layer: torch.nn.Module = IMLE(
+            oracle, target=PerturbedTarget(lam=8.0), generator=torch.Generator().manual_seed(0)
+        )
     else:
         layer = Blackbox(oracle, lam=8.0)
     losses = train(layer, weights, target, steps=30)

@@ -169,13 +169,22 @@ def test_bounds_forms_and_integrality_mask() -> None:
         # issue repros: raw pybind RuntimeError / TypeError before, a ValueError naming the row/variable now
         ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
         ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
-        ({"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},
-         "row 0: .*64-bit"),
-        ({"c_size": 2, "A_ub": [[1e16, 1]], "b_ub": [2], "backend": "highs"},
-         "HiGHS rejected the constraint rows .*at/below tolerance"),  # HiGHS's own words, not hidden
+        (
+            {"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},
+            "row 0: .*64-bit",
+        ),
+        (
+            {"c_size": 2, "A_ub": [[1e16, 1]], "b_ub": [2], "backend": "highs"},
+            "HiGHS rejected the constraint rows .*at/below tolerance",
+        ),  # HiGHS's own words, not hidden
         # A_ub z ≤ -inf: the same error on every back end (CBC wrote no solution file, the others [1, 1])
-        *[({"c_size": 2, "A_ub": [[1, 1], [1, 0]], "b_ub": [1, -np.inf], "backend": b}, r"b_ub\[1\] is -inf")
-          for b in ("cpsat", "cbc", "highs")],
+        *[
+            (
+                {"c_size": 2, "A_ub": [[1, 1], [1, 0]], "b_ub": [1, -np.inf], "backend": b},
+                r"b_ub\[1\] is -inf",
+            )
+            for b in ("cpsat", "cbc", "highs")
+        ],
     ],
 )
 def test_bad_declarations_raise_at_construction(kwargs: dict[str, object], match: str) -> None:
@@ -373,7 +382,9 @@ def cbc_children():
     return found
 """
 
-_SERIAL = _HARD + """
+_SERIAL = (
+    _HARD
+    + """
 for name, oracle in oracles.items():
     ctrl_c(0.5)
     t0 = time.perf_counter()
@@ -397,8 +408,11 @@ while not cbc_children():
 print(os.getpid(), *cbc_children(), flush=True)
 time.sleep(60)
 """
+)
 
-_THREADS = _HARD + """
+_THREADS = (
+    _HARD
+    + """
 from concurrent.futures import ThreadPoolExecutor
 
 pool = ThreadPoolExecutor(3)
@@ -407,6 +421,7 @@ print(os.getpid(), flush=True)
 ctrl_c(0.5)
 futures[0].result()  # Ctrl-C ends the program: the solves stop with it and the interpreter exits
 """
+)
 
 
 def _alive(pid: int) -> bool:
@@ -432,13 +447,23 @@ def _cbc_of(owner: int) -> list[int]:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc; PR_SET_PDEATHSIG")
 def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _SERIAL], cwd=_ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERIAL],
+        cwd=_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         assert proc.stdout is not None
         lines = [proc.stdout.readline().split() for _ in range(5)]
-        assert lines[:4] == [["cpsat", "interrupted", "True"], ["highs", "interrupted", "True"],
-                             ["cbc", "interrupted", "True"], ["ok"]], lines
+        assert lines[:4] == [
+            ["cpsat", "interrupted", "True"],
+            ["highs", "interrupted", "True"],
+            ["cbc", "interrupted", "True"],
+            ["ok"],
+        ], lines
         owner, *children = (int(p) for p in lines[4])
         assert children and all(_alive(c) for c in children)
         proc.kill()  # SIGKILL: no cleanup code runs in the owner
@@ -461,8 +486,14 @@ def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> No
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc")
 def test_ctrl_c_with_solves_on_threads_ends_the_program() -> None:
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", _THREADS], cwd=_ROOT, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS],
+        cwd=_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     # CP-SAT used to abort here (std::bad_function_call, rc 134) and HiGHS/CBC to keep the interpreter
     # alive until their solves ended; now the solves stop at shutdown, long before they would finish
     assert done.returncode in (1, 130, -signal.SIGINT), done.stdout + done.stderr
@@ -522,7 +553,8 @@ def test_badly_scaled_rows_give_the_right_state(backend: str, row: list[float], 
 
 
 def test_cbc_calls_a_bounded_model_it_cannot_solve_a_solver_failure_not_unbounded(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from imle_solvers.adapters.pulp import _CbcEngine
 
     ilp = ILP(2, A_ub=[[1.0, 1.0]], b_ub=[1.0], sense="max", backend="cbc")

@@ -249,10 +249,14 @@ def test_perturbed_optimizer_gradient_is_unbiased_for_categorical() -> None:
     estimate = w.grad.mean(0)
     z = sigma * torch.randn(n, 3, generator=gen(24), dtype=torch.float64)
     h = 0.05
-    fd = torch.stack([
-        (oracle.solve_torch(theta + h * e + z) - oracle.solve_torch(theta - h * e + z)).mean(0) @ g / (2 * h)
-        for e in torch.eye(3, dtype=torch.float64)
-    ])
+    fd = torch.stack(
+        [
+            (oracle.solve_torch(theta + h * e + z) - oracle.solve_torch(theta - h * e + z)).mean(0)
+            @ g
+            / (2 * h)
+            for e in torch.eye(3, dtype=torch.float64)
+        ]
+    )
     assert torch.allclose(estimate, fd, atol=0.03), (estimate, fd)
 
 

@@ -101,8 +101,9 @@ def _train(data: Any, loss_fn: Any, epochs: int) -> tuple[torch.nn.Module, torch
     untrained = torch.nn.Linear(5, 40)
     untrained.load_state_dict(model.state_dict())
     opt = torch.optim.Adam(model.parameters(), lr=2e-2)
-    loader = torch.utils.data.DataLoader(data, batch_size=16, shuffle=True,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        data, batch_size=16, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     for _ in range(epochs):
         for x, c, z, _f in loader:
             loss = loss_fn(model(x), c, z)
@@ -134,7 +135,7 @@ def test_imle_layer_on_pyepo_oracle(data: tuple[Any, Any]) -> None:
     x, c, _z, _f = ds[:8]
     theta = torch.nn.Linear(5, 40)(x)
     z = layer(theta)  # [8, 2, 40] paths
-    assert z.shape == (8, 2, 40) and bool(((z.sum(-1) == 8)).all())
+    assert z.shape == (8, 2, 40) and bool((z.sum(-1) == 8).all())
     (z * c[:, None]).sum().backward()
 
 

@@ -133,8 +133,9 @@ def test_fenchel_young_gradient_is_expected_map_minus_target(sense: str) -> None
     oracle = EnumOracle(STATES, sense)
     pred = torch.randn(4, 5, dtype=torch.float64, requires_grad=True)
     y = torch.from_numpy(STATES[[0, 3, 5, 9]])
-    fy = FenchelYoungLoss(oracle, sigma=0.7, samples=6, generator=torch.Generator().manual_seed(3),
-                          reduction="sum")
+    fy = FenchelYoungLoss(
+        oracle, sigma=0.7, samples=6, generator=torch.Generator().manual_seed(3), reduction="sum"
+    )
     loss = fy(pred, y)
     loss.backward()
     sign = 1.0 if sense == "max" else -1.0
@@ -170,8 +171,9 @@ def test_fact_2_optimal_target_with_regret_loss() -> None:
     c_hat = (torch.rand(n, m, dtype=torch.float64) + 0.5).requires_grad_(True)
     c = torch.rand(n, m, dtype=torch.float64) + 0.5
     noise = SumOfGamma(k=oracle.expected_nonzeros)
-    layer = IMLE(oracle, noise=noise, target=OptimalTarget(), samples=s,
-                 generator=torch.Generator().manual_seed(0))
+    layer = IMLE(
+        oracle, noise=noise, target=OptimalTarget(), samples=s, generator=torch.Generator().manual_seed(0)
+    )
     z = layer(c_hat)  # [n, s, m]
     (c.unsqueeze(1) * z).sum().backward()  # ℓ_R summed: ∇z ℓ = c for every sample
     eps = noise.sample((n, s, m), dtype=torch.float64, generator=torch.Generator().manual_seed(0))

@@ -114,8 +114,14 @@ def test_sog_resolves_k_from_oracle() -> None:
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: Gumbel(0), lambda: SumOfGamma(k=0), lambda: SumOfGamma(tau=-1), lambda: SumOfGamma(s=0),
-     lambda: SumOfGamma(s=2.5), lambda: Normal(0)],
+    [
+        lambda: Gumbel(0),
+        lambda: SumOfGamma(k=0),
+        lambda: SumOfGamma(tau=-1),
+        lambda: SumOfGamma(s=0),
+        lambda: SumOfGamma(s=2.5),
+        lambda: Normal(0),
+    ],
 )
 def test_invalid_parameters(make) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(ValueError):
@@ -147,14 +153,18 @@ def test_sog_table_matches_the_exact_distribution(k: float) -> None:
     distance = np.max(np.abs(empirical - _sog_exact_cdf(grid, k, tau, s)))
     assert distance < 1.63 / math.sqrt(fast.size)  # the 1 % critical value: sampling noise only
     # two-sample KS against the exact (Gamma-sum) sampler
-    exact = SumOfGamma(k=k, tau=tau, s=s, exact=True).sample((200_000,), dtype=torch.float64,
-                                                         generator=gen(21))
+    exact = SumOfGamma(k=k, tau=tau, s=s, exact=True).sample(
+        (200_000,), dtype=torch.float64, generator=gen(21)
+    )
     assert stats.ks_2samp(fast, exact.numpy()).pvalue > 1e-3
     # k = 1 has a closed form: Σ_i Exp(rate i) = max of s Exp(1) (Rényi), CDF (1 − e^{−x})^s
     if k == 1.0:
         grid = np.linspace(-2, 8, 50)
-        np.testing.assert_allclose(_sog_exact_cdf(grid, 1.0, tau, s),
-                                   (1 - np.exp(-np.clip(grid / tau + math.log(s), 0, None))) ** s, atol=1e-12)
+        np.testing.assert_allclose(
+            _sog_exact_cdf(grid, 1.0, tau, s),
+            (1 - np.exp(-np.clip(grid / tau + math.log(s), 0, None))) ** s,
+            atol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("k", [1.0, 5.0, 12.0, 50.0])

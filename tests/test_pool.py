@@ -84,10 +84,14 @@ def thread_pool() -> SolverPool:
 
 
 # --------------------------------------------------------------------------- correctness
-@given(n=st.integers(0, 40), chunksize=st.one_of(st.none(), st.integers(1, 9)),
-       sense=st.sampled_from(["max", "min"]))
-def test_process_pool_matches_serial_in_row_order(proc_pool: SolverPool, n: int, chunksize: int | None,
-                                                  sense: str) -> None:
+@given(
+    n=st.integers(0, 40),
+    chunksize=st.one_of(st.none(), st.integers(1, 9)),
+    sense=st.sampled_from(["max", "min"]),
+)
+def test_process_pool_matches_serial_in_row_order(
+    proc_pool: SolverPool, n: int, chunksize: int | None, sense: str
+) -> None:
     oracle = Enum(STATES, sense=sense)
     w = batch(n, seed=n)
     proc_pool.chunksize = chunksize
@@ -209,8 +213,9 @@ def test_unpicklable_oracle_fails_at_submission_with_advice() -> None:
     finally:
         pool.close()
     with SolverPool(2, "thread", fallback=False) as threads:  # the advice works
-        np.testing.assert_array_equal(threads.solve_batch(Locked(STATES), batch(9)),
-                                      Enum(STATES).solve_batch(batch(9)))
+        np.testing.assert_array_equal(
+            threads.solve_batch(Locked(STATES), batch(9)), Enum(STATES).solve_batch(batch(9))
+        )
 
 
 # --------------------------------------------------------------------------- crashes and time-outs
@@ -334,8 +339,14 @@ def test_keyboard_interrupt_during_a_call_stops_workers() -> None:
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    done = subprocess.run([sys.executable, "-c", _CTRL_C_SCRIPT], cwd=root, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_SCRIPT],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["interrupted", "ok"]
 
@@ -464,10 +475,18 @@ def test_cuda_tensors_stay_on_device_and_topk_never_syncs() -> None:
 
 
 # --------------------------------------------------------------------------- arguments
-@pytest.mark.parametrize("kwargs", [
-    {"backend": "mpi"}, {"workers": 0}, {"timeout": 0}, {"chunksize": 0}, {"start_method": "fork"},
-    {"client": object()}, {"dask_address": "tcp://x:1"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"backend": "mpi"},
+        {"workers": 0},
+        {"timeout": 0},
+        {"chunksize": 0},
+        {"start_method": "fork"},
+        {"client": object()},
+        {"dask_address": "tcp://x:1"},
+    ],
+)
 def test_bad_arguments(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SolverPool(**kwargs)  # type: ignore[arg-type]

@@ -19,10 +19,15 @@ def weights(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=(n, STATES.shape[1]))
 
 
-@given(sense=st.sampled_from(["max", "min"]), p=st.floats(0.0, 1.0), seed=st.integers(0, 10**6),
-       n=st.integers(1, 30))
-def test_every_answer_is_a_solver_state_or_the_best_cached_state(sense: str, p: float, seed: int,
-                                                                n: int) -> None:
+@given(
+    sense=st.sampled_from(["max", "min"]),
+    p=st.floats(0.0, 1.0),
+    seed=st.integers(0, 10**6),
+    n=st.integers(1, 30),
+)
+def test_every_answer_is_a_solver_state_or_the_best_cached_state(
+    sense: str, p: float, seed: int, n: int
+) -> None:
     inner = Enum(STATES, sense=sense)
     cache = SolutionCache(inner, p=p, seed=seed)
     cache.solve_batch(weights(8, seed))  # warm up (cache empty: every row solved)

@@ -26,8 +26,9 @@ def batch(n: int, seed: int = 0, flag_row: int | None = None) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def client() -> object:
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=None)
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None
+    )
     with distributed.Client(cluster) as c:
         yield c
     cluster.close()

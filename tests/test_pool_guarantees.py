@@ -74,8 +74,15 @@ def test_cost_model_is_a_pure_function_of_timings() -> None:
     assert chunk_bounds(10, None, 2, offset=3, chunksize=4) == [(3, 7), (7, 11), (11, 13)]
     assert chunk_bounds(8, 1.0, 2) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
     entry = Entry(1, lambda: None, "x")
-    kw = {"backend": "process", "row_bytes": 80, "workers": 4, "overhead_s": 1e-3,
-          "min_parallel_seconds": 0.01, "min_speedup": 1.1, "chunksize": None}
+    kw = {
+        "backend": "process",
+        "row_bytes": 80,
+        "workers": 4,
+        "overhead_s": 1e-3,
+        "min_parallel_seconds": 0.01,
+        "min_speedup": 1.1,
+        "chunksize": None,
+    }
     slow = decide(entry, rows=100, serial_row=1e-2, row_s=1e-2, **kw)  # type: ignore[arg-type]
     assert slow.mode == "parallel" and slow.est_parallel_s is not None and slow.est_serial_s == 1.0
     fast = decide(Entry(2, lambda: None, "y"), rows=4, serial_row=1e-5, row_s=1e-5, **kw)  # type: ignore[arg-type]
@@ -254,8 +261,14 @@ def test_thread_backend_threads_never_keep_the_interpreter_alive() -> None:
 def test_ctrl_c_on_the_thread_backend_ends_the_program() -> None:
     """Was: KeyboardInterrupt was raised, then the interpreter waited for the running solves."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _THREAD_CTRL_C.format(root=str(ROOT))], capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL, env=ENV)
+    done = subprocess.run(
+        [sys.executable, "-c", _THREAD_CTRL_C.format(root=str(ROOT))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env=ENV,
+    )
     assert "KeyboardInterrupt" in done.stderr, done.stderr
     assert done.returncode != 0 and time.monotonic() - start < 30
 
@@ -301,8 +314,15 @@ def test_a_worker_that_cannot_start_is_started_once() -> None:
 def test_a_script_without_main_guard_prints_one_traceback(tmp_path: Path) -> None:
     script = tmp_path / "unguarded.py"
     script.write_text(_NO_MAIN_GUARD.format(root=str(ROOT)))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, env=ENV)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=ENV,
+    )
     assert "crashed:" in done.stdout and "__main__" in done.stdout, done.stdout + done.stderr
     assert done.stderr.count("Traceback (most recent call last)") == 1, done.stderr
 
@@ -350,8 +370,15 @@ def test_dask_worker_process_killed_gives_worker_crashed_then_recovers(tmp_path:
     pytest.importorskip("distributed")
     script = tmp_path / "dask_kill.py"
     script.write_text(_DASK_KILL.format(root=str(ROOT)))
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, stdin=subprocess.DEVNULL, env=ENV)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env=ENV,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.split("\n")
     assert lines[0].startswith("crashed") and "4" in lines[0] and lines[1] == "ok 2", done.stdout

@@ -112,20 +112,31 @@ def test_mps_rows_of_every_kind() -> None:
     """≥ rows and ranged rows (only PuLP models or hand-made forms have them) reach CBC correctly."""
     import scipy.sparse as sp
 
-    A = sp.csr_matrix(np.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0],
-                                [1.0, 1.0, 1.0, 1.0]]))
-    form = LinearForm(4, A, row_lb=np.array([2.0, -np.inf, 1.0, -np.inf]),
-                      row_ub=np.array([2.0, 1.0, 2.0, np.inf]),  # =, ≤, range, free
-                      col_lb=np.zeros(4), col_ub=np.ones(4), integer=np.ones(4, bool),
-                      names=("a", "b", "c", "d"))
+    A = sp.csr_matrix(
+        np.array([[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
+    )
+    form = LinearForm(
+        4,
+        A,
+        row_lb=np.array([2.0, -np.inf, 1.0, -np.inf]),
+        row_ub=np.array([2.0, 1.0, 2.0, np.inf]),  # =, ≤, range, free
+        col_lb=np.zeros(4),
+        col_ub=np.ones(4),
+        integer=np.ones(4, bool),
+        names=("a", "b", "c", "d"),
+    )
     cbc = PulpOracle.from_linear_form(form, "cbc", "max")
     highs = PulpOracle.from_linear_form(form, "highs", "max")
     text = cbc._engine.mps(np.zeros(4))  # type: ignore[attr-defined]
     assert "RANGES" in text and " E R0" in text and " L R1" in text and "R3" not in text
     rng = np.random.default_rng(0)
     states = np.array([[a, b, c, d] for a in (0, 1) for b in (0, 1) for c in (0, 1) for d in (0, 1)], float)
-    ok = (states[:, :3].sum(1) == 2) & (states[:, 0] + states[:, 3] <= 1) & \
-         (states[:, 1:].sum(1) >= 1) & (states[:, 1:].sum(1) <= 2)
+    ok = (
+        (states[:, :3].sum(1) == 2)
+        & (states[:, 0] + states[:, 3] <= 1)
+        & (states[:, 1:].sum(1) >= 1)
+        & (states[:, 1:].sum(1) <= 2)
+    )
     for _ in range(5):
         w = rng.normal(size=4)
         best = (states[ok] @ w).max()

@@ -25,5 +25,5 @@ def test_readme_first_run_and_cpu_install() -> None:
     assert "make demo" in text and "make test" in text
     assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
     makefile = (ROOT / "Makefile").read_text()
-    install = makefile[makefile.index("$(STAMP):"): makefile.index("install: $(STAMP)")]
+    install = makefile[makefile.index("$(STAMP):") : makefile.index("install: $(STAMP)")]
     assert "--quiet" not in install and "@echo" in install  # says what it installs, shows pip's progress

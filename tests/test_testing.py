@@ -60,8 +60,9 @@ class _NoValidation(MapOracle):
 )
 def test_broken_oracles_are_named(oracle: MapOracle, message: str) -> None:
     with pytest.raises(AssertionError, match=message):
-        assert_oracle_contract(oracle, states=k_subsets(oracle.n_vars, 2) if oracle.n_vars == 5 else None,
-                               picklable=False)
+        assert_oracle_contract(
+            oracle, states=k_subsets(oracle.n_vars, 2) if oracle.n_vars == 5 else None, picklable=False
+        )
 
 
 def test_unpicklable_oracle_is_reported() -> None:

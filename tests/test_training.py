@@ -59,8 +59,18 @@ def test_short_training_run_reduces_regret(data: tuple) -> None:
     torch.manual_seed(1)
     model = linear_model(5, 40)
     before = evaluate(model, test)["regret"]
-    out = train_model(model, "imle-mumu", train, test, epochs=4, batch_size=16, lr=0.05, seed=1,
-                      method_options={"samples": 5}, show_progress=False)
+    out = train_model(
+        model,
+        "imle-mumu",
+        train,
+        test,
+        epochs=4,
+        batch_size=16,
+        lr=0.05,
+        seed=1,
+        method_options={"samples": 5},
+        show_progress=False,
+    )
     assert out["curve"][0] == pytest.approx(before)
     assert len(out["curve"]) == 5 and len(out["epoch_times"]) == 4
     assert out["regret"] < 0.6 * before  # seed-fixed: ~0.55 → ~0.2
@@ -99,8 +109,27 @@ def test_scale_grad_and_unknown_method() -> None:
 
 def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
-    code = main(["--problem", "shortest-path", "--method", "spo+", "two-stage", "--epochs", "2",
-                 "--n-train", "64", "--n-test", "64", "--seeds", "0", "1", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "--problem",
+            "shortest-path",
+            "--method",
+            "spo+",
+            "two-stage",
+            "--epochs",
+            "2",
+            "--n-train",
+            "64",
+            "--n-test",
+            "64",
+            "--seeds",
+            "0",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     result = json.loads((out / "results.json").read_text())
     assert [r["method"] for r in result["summary"]] == ["spo+", "two-stage"]
@@ -158,35 +187,38 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(command, "run", boom)
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--epochs", "0"], "--epochs: must be a positive integer, got 0"),
-    (["--epochs", "-1"], "--epochs: must be a positive integer, got -1"),
-    (["--epochs", "1.5"], "--epochs: must be an integer"),
-    (["--epochs", "inf"], "--epochs: must be an integer, got inf"),
-    (["--batch-size", "0"], "--batch-size: must be a positive integer"),
-    (["--lr", "0"], "--lr: must be a finite number > 0"),
-    (["--lr", "-1"], "--lr: must be a finite number > 0"),
-    (["--lr", "nan"], "--lr: must be a finite number > 0"),
-    (["--lr", "fast"], "--lr: not a number"),
-    (["--samples", "0"], "--samples: must be a positive integer"),
-    (["--n-train", "0"], "--n-train: must be a positive integer"),
-    (["--n-test", "0"], "--n-test: must be a positive integer"),
-    (["--tau", "0"], "--tau: must be a finite number > 0"),
-    (["--lam", "-2"], "--lam: must be a finite number > 0"),
-    (["--threads", "0"], "--threads: must be a positive integer"),
-    (["--workers", "-1"], "--workers: must be a non-negative integer"),
-    (["--deg", "0"], "--deg: must be a positive integer"),
-    (["--noise-width", "1"], "--noise-width: must be in [0, 1)"),
-    (["--size", "1"], "--size: must be an integer >= 2"),
-    (["--seeds", "-3"], "--seed/--seeds: must be an integer in [0, 2**32)"),
-    (["--seeds", "1", "1"], "seeds must be non-empty and without repeats"),
-    (["--method", "spo+", "spo+"], "methods must be non-empty and without repeats"),
-    (["--method", "magic"], "unknown method(s) ['magic']"),
-    (["--lr-drops", "0"], "--lr-drops: must be a positive integer"),
-    (["--device", "gpu"], "--device: must be cpu, cuda, cuda:N or auto"),
-    (["--model", "resnet-stem"], "model 'resnet-stem' does not fit problem 'shortest-path'"),
-    (["--problem", "terrain", "--model", "linear"], "model 'linear' does not fit problem 'terrain'"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--epochs", "0"], "--epochs: must be a positive integer, got 0"),
+        (["--epochs", "-1"], "--epochs: must be a positive integer, got -1"),
+        (["--epochs", "1.5"], "--epochs: must be an integer"),
+        (["--epochs", "inf"], "--epochs: must be an integer, got inf"),
+        (["--batch-size", "0"], "--batch-size: must be a positive integer"),
+        (["--lr", "0"], "--lr: must be a finite number > 0"),
+        (["--lr", "-1"], "--lr: must be a finite number > 0"),
+        (["--lr", "nan"], "--lr: must be a finite number > 0"),
+        (["--lr", "fast"], "--lr: not a number"),
+        (["--samples", "0"], "--samples: must be a positive integer"),
+        (["--n-train", "0"], "--n-train: must be a positive integer"),
+        (["--n-test", "0"], "--n-test: must be a positive integer"),
+        (["--tau", "0"], "--tau: must be a finite number > 0"),
+        (["--lam", "-2"], "--lam: must be a finite number > 0"),
+        (["--threads", "0"], "--threads: must be a positive integer"),
+        (["--workers", "-1"], "--workers: must be a non-negative integer"),
+        (["--deg", "0"], "--deg: must be a positive integer"),
+        (["--noise-width", "1"], "--noise-width: must be in [0, 1)"),
+        (["--size", "1"], "--size: must be an integer >= 2"),
+        (["--seeds", "-3"], "--seed/--seeds: must be an integer in [0, 2**32)"),
+        (["--seeds", "1", "1"], "seeds must be non-empty and without repeats"),
+        (["--method", "spo+", "spo+"], "methods must be non-empty and without repeats"),
+        (["--method", "magic"], "unknown method(s) ['magic']"),
+        (["--lr-drops", "0"], "--lr-drops: must be a positive integer"),
+        (["--device", "gpu"], "--device: must be cpu, cuda, cuda:N or auto"),
+        (["--model", "resnet-stem"], "model 'resnet-stem' does not fit problem 'shortest-path'"),
+        (["--problem", "terrain", "--model", "linear"], "model 'linear' does not fit problem 'terrain'"),
+    ],
+)
 def test_every_bad_option_is_an_argparse_error(
     argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -198,16 +230,18 @@ def test_every_bad_option_is_an_argparse_error(
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
-def test_cuda_without_cuda_is_a_parse_error(monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cuda_without_cuda_is_a_parse_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _no_training(monkeypatch)
     with pytest.raises(SystemExit) as exc:
         main([*TINY, "--device", "cuda"])
     assert exc.value.code == 2 and "CUDA is not available" in capsys.readouterr().err
 
 
-def test_out_is_checked_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_out_is_checked_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     _no_training(monkeypatch)
     a_file = tmp_path / "results.json"
     a_file.write_text("{}")
@@ -246,8 +280,11 @@ def test_schedules_and_defaults_resolve_without_substitution() -> None:
     paper = resolved(TrainConfig(problem="terrain", schedule="paper"))
     assert (paper["epochs"], paper["batch_size"], paper["lr"], paper["lr_drops"]) == (50, 70, 5e-4, (30, 40))
     assert paper["n_train"] == 10_000 and paper["model"] == "terrain-cnn"
-    mine = resolved(TrainConfig(problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,),
-                                model="resnet-stem"))
+    mine = resolved(
+        TrainConfig(
+            problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,), model="resnet-stem"
+        )
+    )
     assert (mine["epochs"], mine["batch_size"], mine["lr"], mine["lr_drops"]) == (3, 70, 1e-3, (1,))
     sp = resolved(TrainConfig())
     assert (sp["epochs"], sp["batch_size"], sp["lr"], sp["lr_drops"]) == (10, 32, 1e-2, ())
@@ -258,9 +295,19 @@ def test_schedules_and_defaults_resolve_without_substitution() -> None:
 
 def test_run_on_a_device_drops_the_lr_and_reports_each_run(data: tuple) -> None:
     seen: list[str] = []
-    results = run(TrainConfig(methods=("imle-mumu", "two-stage"), epochs=2, lr_drops=(1,), n_train=32,
-                              n_test=16, samples=2, device="cpu", show_progress=False),
-                  on_result=lambda r: seen.append(r["method"]))
+    results = run(
+        TrainConfig(
+            methods=("imle-mumu", "two-stage"),
+            epochs=2,
+            lr_drops=(1,),
+            n_train=32,
+            n_test=16,
+            samples=2,
+            device="cpu",
+            show_progress=False,
+        ),
+        on_result=lambda r: seen.append(r["method"]),
+    )
     assert seen == ["imle-mumu", "two-stage"] == [r["method"] for r in results]
     for r in results:
         assert r["device"] == "cpu" and r["lr"] == pytest.approx([1e-2, 1e-3]) and len(r["curve"]) == 3
@@ -271,8 +318,18 @@ def test_train_model_moves_model_data_and_layers_to_the_device(data: tuple) -> N
     train, test = data
     torch.manual_seed(0)
     model = linear_model(5, 40)
-    out = train_model(model, "aimle", train.to("cpu"), test, epochs=1, batch_size=32, seed=0, device="cpu",
-                      method_options={"samples": 2}, show_progress=False)
+    out = train_model(
+        model,
+        "aimle",
+        train.to("cpu"),
+        test,
+        epochs=1,
+        batch_size=32,
+        seed=0,
+        device="cpu",
+        method_options={"samples": 2},
+        show_progress=False,
+    )
     assert out["epoch_times"][0] > 0 and np.isfinite(out["regret"])
     assert train.to("cpu") is train  # already there: no copy
 
@@ -308,9 +365,20 @@ def test_terrain_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch,
     assert isinstance(prob.train_oracle, TorchOracle) and isinstance(prob.eval_oracle, TorchOracle)
     assert prob.train.features.dtype == torch.uint8
     torch.manual_seed(0)
-    out = train_model(prob.model(), "imle-mumu", prob.train, prob.test, epochs=1, batch_size=6, lr=1e-3,
-                      train_oracle=prob.train_oracle, eval_oracle=prob.eval_oracle, device="cpu",
-                      method_options={"samples": 1}, show_progress=False)
+    out = train_model(
+        prob.model(),
+        "imle-mumu",
+        prob.train,
+        prob.test,
+        epochs=1,
+        batch_size=6,
+        lr=1e-3,
+        train_oracle=prob.train_oracle,
+        eval_oracle=prob.eval_oracle,
+        device="cpu",
+        method_options={"samples": 1},
+        show_progress=False,
+    )
     assert prob.train_oracle.oracle is prob.eval_oracle  # type: ignore[attr-defined]
     assert prob.eval_oracle.calls == 2 + 2 * 2  # type: ignore[attr-defined]   # 2 evaluations, 2 batches × 2
     assert np.isfinite(out["regret"])
@@ -342,8 +410,10 @@ def test_knapsack_uses_the_device_native_oracle_unless_the_host_is_asked_for() -
     # equally good decisions either way (integer values tie often: compare objectives)
     native = make_problem("knapsack", 4, 2, 0, oracle="device")
     values = native.train.costs.double().numpy()
-    np.testing.assert_allclose((native.train_oracle.solve_batch(values) * values).sum(1),
-                               (host.train_oracle.solve_batch(values) * values).sum(1))
+    np.testing.assert_allclose(
+        (native.train_oracle.solve_batch(values) * values).sum(1),
+        (host.train_oracle.solve_batch(values) * values).sum(1),
+    )
 
 
 def test_resnet_stem_is_the_first_resnet18_block() -> None:
@@ -378,8 +448,9 @@ def test_results_are_written_atomically(tmp_path: Path, monkeypatch: pytest.Monk
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left
 
 
-def test_interrupt_keeps_the_finished_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_interrupt_keeps_the_finished_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import imle_solvers.training.runner as runner
 
     real, calls = runner.train_model, []
@@ -413,8 +484,21 @@ def test_ctrl_c_in_a_child_process_keeps_the_finished_runs(tmp_path: Path) -> No
 
     out = tmp_path / "out"
     seeds = [str(s) for s in range(400)]
-    cmd = [sys.executable, "-m", "imle_solvers.cli", "train", *TINY, "--method", "two-stage",
-           "--epochs", "5", "--seeds", *seeds, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "imle_solvers.cli",
+        "train",
+        *TINY,
+        "--method",
+        "two-stage",
+        "--epochs",
+        "5",
+        "--seeds",
+        *seeds,
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -441,8 +525,19 @@ def test_ctrl_c_in_a_child_process_keeps_the_finished_runs(tmp_path: Path) -> No
 def test_short_terrain_run_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "cache"))
     for model in ("terrain-cnn", "resnet-stem"):
-        results = run(TrainConfig(problem="terrain", size=12, model=model, methods=("imle-mumu", "dbb"),
-                                  n_train=70, n_test=35, epochs=2, device="cuda", show_progress=False))
+        results = run(
+            TrainConfig(
+                problem="terrain",
+                size=12,
+                model=model,
+                methods=("imle-mumu", "dbb"),
+                n_train=70,
+                n_test=35,
+                epochs=2,
+                device="cuda",
+                show_progress=False,
+            )
+        )
         for r in results:
             assert r["device"].startswith("cuda") and np.isfinite(r["regret"]) and len(r["curve"]) == 3
     prob = make_problem("terrain", 8, 4, 0, size=12, device="cuda", oracle="auto")

@@ -26,8 +26,9 @@ def test_tutorial_is_a_notebook(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
-def test_tutorial_runs(path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                       tmp_path: Path) -> None:
+def test_tutorial_runs(
+    path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     namespace = runpy.run_path(str(path), run_name="tutorial")
     out = capsys.readouterr().out

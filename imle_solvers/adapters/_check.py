@@ -45,8 +45,9 @@ class FeasibilityCheck:
         How far an integer column may be from an integer before it counts as fractional.
     """
 
-    def __init__(self, form: LinearForm, rtol: float = 1e-9, ftol: float = 1e-6,
-                 int_tol: float = 1e-6) -> None:
+    def __init__(
+        self, form: LinearForm, rtol: float = 1e-9, ftol: float = 1e-6, int_tol: float = 1e-6
+    ) -> None:
         self.form = form
         self.rtol, self.int_tol = rtol, int_tol
         A = form.A
@@ -56,8 +57,11 @@ class FeasibilityCheck:
         finite = np.where(np.isfinite(form.row_lb), np.abs(form.row_lb), 0.0)
         self._b_scale = np.maximum(finite, np.where(np.isfinite(form.row_ub), np.abs(form.row_ub), 0.0))
         cont = ~form.integer
-        self._cont_slack = (ftol * np.asarray(self._absA[:, cont].sum(axis=1)).ravel() if cont.any()
-                            else np.zeros(form.n_rows))  # ftol · Σ_cont |A_ij|   [rows]
+        self._cont_slack = (
+            ftol * np.asarray(self._absA[:, cont].sum(axis=1)).ravel()
+            if cont.any()
+            else np.zeros(form.n_rows)
+        )  # ftol · Σ_cont |A_ij|   [rows]
         # bounds: integer columns exact (after snapping), continuous ones with rtol·|bound| + ftol
         slack = np.where(cont, ftol, 0.0)
         with np.errstate(invalid="ignore"):
@@ -143,8 +147,12 @@ class FeasibilityCheck:
             return  # a large value: its integrality tolerance is relative
         j = int(np.argmax(off))
         j = j if self._all_integer else int(self._int_cols[j])
-        self._fail(owner, f"integer variable {j} ({self.form.names[j]!r}) has the fractional value "
-                   f"{values[j]!r}", None, float(off.max()))
+        self._fail(
+            owner,
+            f"integer variable {j} ({self.form.names[j]!r}) has the fractional value {values[j]!r}",
+            None,
+            float(off.max()),
+        )
 
     def _slow(self, x: np.ndarray, owner: str) -> None:
         """The exact test failed: check bounds and rows with their tolerances, raise naming the first."""
@@ -153,9 +161,13 @@ class FeasibilityCheck:
             self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r}", None, float("inf"))
         if ((x < self._col_lo) | (x > self._col_hi)).any():
             j = int(np.flatnonzero((x < self._col_lo) | (x > self._col_hi))[0])
-            self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r} is outside its bounds "
-                       f"[{self.form.col_lb[j]}, {self.form.col_ub[j]}]", None,
-                       float(max(self.form.col_lb[j] - x[j], x[j] - self.form.col_ub[j])))
+            self._fail(
+                owner,
+                f"variable {j} ({self.form.names[j]!r}) = {x[j]!r} is outside its bounds "
+                f"[{self.form.col_lb[j]}, {self.form.col_ub[j]}]",
+                None,
+                float(max(self.form.col_lb[j] - x[j], x[j] - self.form.col_ub[j])),
+            )
         if self._has_rows:
             r = self._A @ x  # A x   [rows]
             over = np.maximum(r - self._ub, self._lb - r)  # > 0 where a row is violated   [rows]
@@ -164,15 +176,21 @@ class FeasibilityCheck:
                 bad = over > self.rtol * scale + self._cont_slack
                 if bad.any():
                     i = int(np.flatnonzero(bad)[0])
-                    self._fail(owner, f"constraint row {i} is violated: A x = {r[i]!r} outside "
-                               f"[{self._lb[i]}, {self._ub[i]}] by {over[i]:.3g} (relative "
-                               f"{over[i] / max(scale[i], 1e-300):.3g})", i, float(over[i]))
+                    self._fail(
+                        owner,
+                        f"constraint row {i} is violated: A x = {r[i]!r} outside "
+                        f"[{self._lb[i]}, {self._ub[i]}] by {over[i]:.3g} (relative "
+                        f"{over[i] / max(scale[i], 1e-300):.3g})",
+                        i,
+                        float(over[i]),
+                    )
 
     @staticmethod
     def _fail(owner: str, what: str, row: int | None, violation: float) -> None:
-        err = InvalidSolutionError(f"{owner}: the solver returned a state that violates the model: {what}. "
-                                   "This is numerical trouble in the solver (coefficients far apart in "
-                                   "magnitude?): rescale the model or try another backend")
+        err = InvalidSolutionError(
+            f"{owner}: the solver returned a state that violates the model: {what}. "
+            "This is numerical trouble in the solver (coefficients far apart in "
+            "magnitude?): rescale the model or try another backend"
+        )
         err.constraint, err.violation = row, violation
         raise err
-

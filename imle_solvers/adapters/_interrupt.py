@@ -58,8 +58,10 @@ def stop_solves() -> int:
 
 def default_sigint() -> bool:
     """Whether Ctrl-C would raise ``KeyboardInterrupt`` on this thread (main thread, Python's own handler)."""
-    return threading.current_thread() is threading.main_thread() and sig.getsignal(
-        signal.SIGINT) is signal.default_int_handler
+    return (
+        threading.current_thread() is threading.main_thread()
+        and sig.getsignal(signal.SIGINT) is signal.default_int_handler
+    )
 
 
 def set_sigint(handler: Any) -> None:

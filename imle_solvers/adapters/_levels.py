@@ -62,12 +62,15 @@ class LevelPlan:
             width = int(indeg[nodes].max())
             pad = np.full((len(nodes), width), n_arcs, dtype=np.int64)
             for r, v in enumerate(nodes.tolist()):
-                pad[r, : indeg[v]] = by_head[starts[v]:starts[v + 1]]
+                pad[r, : indeg[v]] = by_head[starts[v] : starts[v + 1]]
             self.levels.append((nodes, pad))
         self._tail_ext = np.append(self.tails, self.n_nodes)  # padding arc: from node n (d = +inf)
         # per level, flat and precomputed: tails of the padded in-arcs, their offset in one gather
-        self._all_arcs = np.concatenate([pad.ravel() for _, pad in self.levels]) if self.levels else (
-            np.zeros(0, dtype=np.int64))
+        self._all_arcs = (
+            np.concatenate([pad.ravel() for _, pad in self.levels])
+            if self.levels
+            else (np.zeros(0, dtype=np.int64))
+        )
         self._flat: list[tuple[np.ndarray, np.ndarray, int, int, int, np.ndarray]] = []
         offset = 0
         for nodes, pad in self.levels:
@@ -88,7 +91,7 @@ class LevelPlan:
         pred = np.full((b, self.n_nodes), -1, dtype=np.int64)
         for nodes, tails, offset, n_l, width, pad in self._flat:
             cand = dist[:, tails]  # d(u)   [B, n_L·deg]
-            cand += arc_cost[:, offset: offset + n_l * width]  # d(u) + c(u, v)
+            cand += arc_cost[:, offset : offset + n_l * width]  # d(u) + c(u, v)
             cand = cand.reshape(b, n_l, width)
             j = cand.argmin(axis=2)  # first minimum = in-arc of least index                 [B, n_L]
             dist[:, nodes] = cand.min(axis=2)  # Bellman: d(v) = min_u d(u) + c(u, v)

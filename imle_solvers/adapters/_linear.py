@@ -57,8 +57,9 @@ def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str =
     )
     if strict:
         raise SolverTimeoutError(message + " (strict=True)")
-    warnings.warn(message + "; returning it (pass strict=True to raise instead)", UnprovenSolutionWarning,
-                  stacklevel=4)
+    warnings.warn(
+        message + "; returning it (pass strict=True to raise instead)", UnprovenSolutionWarning, stacklevel=4
+    )
 
 
 def _as_matrix(name: str, value: Any, n_cols: int) -> sp.csr_matrix:
@@ -85,8 +86,9 @@ def _as_rhs(name: str, value: Any, n_rows: int, matrix_name: str) -> np.ndarray:
     if arr.ndim == 0:
         arr = np.full(n_rows, float(arr))
     if arr.shape != (n_rows,):
-        raise ValueError(f"{name} must have shape ({n_rows},) to match {matrix_name} with {n_rows} rows, "
-                         f"got {arr.shape}")
+        raise ValueError(
+            f"{name} must have shape ({n_rows},) to match {matrix_name} with {n_rows} rows, got {arr.shape}"
+        )
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN")
     return arr
@@ -95,8 +97,10 @@ def _as_rhs(name: str, value: Any, n_rows: int, matrix_name: str) -> np.ndarray:
 def _bound_array(name: str, value: Any, n: int, default: float) -> np.ndarray:
     if value is None:
         return np.full(n, default)
-    arr = np.asarray([default if v is None else v for v in value] if isinstance(value, (list, tuple))
-                     else value, dtype=np.float64)
+    arr = np.asarray(
+        [default if v is None else v for v in value] if isinstance(value, (list, tuple)) else value,
+        dtype=np.float64,
+    )
     if arr.ndim == 0:
         arr = np.full(n, float(arr))
     if arr.shape != (n,):
@@ -118,8 +122,10 @@ def _parse_bounds(bounds: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
         hi = [p[1] for p in seq]
         return _bound_array("lower", lo, n, -np.inf), _bound_array("upper", hi, n, np.inf)
     if len(seq) != 2:
-        raise ValueError(f"bounds must be a pair (lower, upper) of scalars or ({n},) arrays, or {n} pairs; "
-                         f"got a sequence of length {len(seq)}")
+        raise ValueError(
+            f"bounds must be a pair (lower, upper) of scalars or ({n},) arrays, or {n} pairs; "
+            f"got a sequence of length {len(seq)}"
+        )
     return _bound_array("lower", seq[0], n, -np.inf), _bound_array("upper", seq[1], n, np.inf)
 
 
@@ -178,8 +184,10 @@ class LinearForm:
         blocks: list[sp.csr_matrix] = []
         lbs: list[np.ndarray] = []
         ubs: list[np.ndarray] = []
-        for a_name, b_name, mat, rhs, kind in (("A_ub", "b_ub", A_ub, b_ub, "ub"),
-                                               ("A_eq", "b_eq", A_eq, b_eq, "eq")):
+        for a_name, b_name, mat, rhs, kind in (
+            ("A_ub", "b_ub", A_ub, b_ub, "ub"),
+            ("A_eq", "b_eq", A_eq, b_eq, "eq"),
+        ):
             if mat is None and rhs is None:
                 continue
             if mat is None or rhs is None:
@@ -190,8 +198,10 @@ class LinearForm:
                 raise ValueError(f"{b_name} must be finite (an equality with an infinite right-hand side)")
             if (b == -np.inf).any():
                 i = int(np.flatnonzero(b == -np.inf)[0])
-                raise ValueError(f"{b_name}[{i}] is -inf: no state satisfies {a_name}[{i}] z ≤ -inf "
-                                 "(use +inf for a row without a bound)")
+                raise ValueError(
+                    f"{b_name}[{i}] is -inf: no state satisfies {a_name}[{i}] z ≤ -inf "
+                    "(use +inf for a row without a bound)"
+                )
             blocks.append(a)
             ubs.append(b)
             lbs.append(b.copy() if kind == "eq" else np.full(b.shape, -np.inf))
@@ -205,12 +215,21 @@ class LinearForm:
         else:
             mask = np.asarray(integer)
             if mask.shape != (n,) or mask.dtype.kind not in "bui":
-                raise ValueError(f"integer must be a bool or a ({n},) boolean mask, got shape {mask.shape} "
-                                 f"and dtype {mask.dtype}")
+                raise ValueError(
+                    f"integer must be a bool or a ({n},) boolean mask, got shape {mask.shape} "
+                    f"and dtype {mask.dtype}"
+                )
             mask = mask.astype(bool)
-        return cls(n, A, np.concatenate(lbs) if lbs else np.zeros(0),
-                   np.concatenate(ubs) if ubs else np.zeros(0), col_lb, col_ub, mask,
-                   tuple(f"x{j}" for j in range(n)))
+        return cls(
+            n,
+            A,
+            np.concatenate(lbs) if lbs else np.zeros(0),
+            np.concatenate(ubs) if ubs else np.zeros(0),
+            col_lb,
+            col_ub,
+            mask,
+            tuple(f"x{j}" for j in range(n)),
+        )
 
     @classmethod
     def from_pulp(cls, problem: Any, variables: Sequence[Any]) -> LinearForm:
@@ -260,8 +279,16 @@ class LinearForm:
         col_lb = np.array([-np.inf if v.lowBound is None else float(v.lowBound) for v in all_vars])
         col_ub = np.array([np.inf if v.upBound is None else float(v.upBound) for v in all_vars])
         integer = np.array([v.cat == pulp.LpInteger for v in all_vars])
-        return cls(len(variables), A, np.array(row_lb, dtype=np.float64), np.array(row_ub, dtype=np.float64),
-                   col_lb, col_ub, integer, tuple(v.name for v in all_vars))
+        return cls(
+            len(variables),
+            A,
+            np.array(row_lb, dtype=np.float64),
+            np.array(row_ub, dtype=np.float64),
+            col_lb,
+            col_ub,
+            integer,
+            tuple(v.name for v in all_vars),
+        )
 
     def expected_nonzeros(self) -> float | None:
         """``⟨z, 1⟩`` when the constraints fix it, else ``None``.
@@ -307,7 +334,7 @@ class LinearForm:
         lbs: list[int | None] = []
         ubs: list[int | None] = []
         for i in range(self.n_rows):
-            vals = A.data[A.indptr[i]:A.indptr[i + 1]]
+            vals = A.data[A.indptr[i] : A.indptr[i + 1]]
             if vals.size and np.all(vals == np.rint(vals)) and np.abs(vals).max() <= limit:
                 ints = [int(v) for v in vals.tolist()]  # integer already: the common case, no fractions
                 scale = Fraction(1)
@@ -325,7 +352,8 @@ class LinearForm:
                 raise ValueError(
                     f"row {i}: scaled exactly to integers (CP-SAT is integer-only), its coefficients or "
                     f"bounds reach {big:.3g}, beyond CP-SAT's 64-bit range (limit {limit:.3g}); rescale the "
-                    "row or use backend='highs'")
+                    "row or use backend='highs'"
+                )
             coefs.append(ints)
             lbs.append(lb)
             ubs.append(ub)

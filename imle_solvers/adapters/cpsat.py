@@ -135,8 +135,10 @@ class CPSATOracle(MapOracle):
         for j, var in enumerate(variables):
             index = getattr(var, "index", None)
             if not isinstance(index, int) or index < 0 or index >= len(model.proto.variables):
-                raise TypeError(f"variables[{j}] ({var!r}) is not a variable of this model "
-                                "(negated literals and constants are not allowed)")
+                raise TypeError(
+                    f"variables[{j}] ({var!r}) is not a variable of this model "
+                    "(negated literals and constants are not allowed)"
+                )
             indices.append(index)
         if not indices:
             raise ValueError("variables must contain at least one model variable")
@@ -226,8 +228,9 @@ class CPSATOracle(MapOracle):
         self._local = threading.local()
 
     @classmethod
-    def from_linear_form(cls, form: LinearForm, sense: Literal["max", "min"] = "min", **kwargs: Any
-                         ) -> CPSATOracle:
+    def from_linear_form(
+        cls, form: LinearForm, sense: Literal["max", "min"] = "min", **kwargs: Any
+    ) -> CPSATOracle:
         """Build the CP-SAT model of an ILP declaration (see [`ILP`][imle_solvers.ILP]).
 
         Every variable must be integer with finite bounds; rows are scaled to integer coefficients
@@ -236,20 +239,26 @@ class CPSATOracle(MapOracle):
         cp_model = require("ortools.sat.python.cp_model", "cpsat")
         if not form.integer.all():
             j = int(np.flatnonzero(~form.integer)[0])
-            raise ValueError(f"CP-SAT only handles integer variables; variable {j} ({form.names[j]!r}) is "
-                             "continuous: use backend='highs' or 'cbc'")
+            raise ValueError(
+                f"CP-SAT only handles integer variables; variable {j} ({form.names[j]!r}) is "
+                "continuous: use backend='highs' or 'cbc'"
+            )
         lo, hi = np.ceil(form.col_lb - 1e-9), np.floor(form.col_ub + 1e-9)
         if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
             j = int(np.flatnonzero(~(np.isfinite(lo) & np.isfinite(hi)))[0])
-            raise ValueError(f"CP-SAT needs finite bounds on every variable; variable {j} "
-                             f"({form.names[j]!r}) has [{form.col_lb[j]}, {form.col_ub[j]}]: give bounds "
-                             "or use backend='highs'")
+            raise ValueError(
+                f"CP-SAT needs finite bounds on every variable; variable {j} "
+                f"({form.names[j]!r}) has [{form.col_lb[j]}, {form.col_ub[j]}]: give bounds "
+                "or use backend='highs'"
+            )
         big = np.maximum(np.abs(lo), np.abs(hi))  # max|x_j|   [cols]
         if (big > _MAX_BOUND).any():
             j = int(np.flatnonzero(big > _MAX_BOUND)[0])
-            raise ValueError(f"CP-SAT needs integer bounds within ±2**53; variable {j} ({form.names[j]!r}) "
-                             "has "
-                             f"[{form.col_lb[j]}, {form.col_ub[j]}]: tighten them or use backend='highs'")
+            raise ValueError(
+                f"CP-SAT needs integer bounds within ±2**53; variable {j} ({form.names[j]!r}) "
+                "has "
+                f"[{form.col_lb[j]}, {form.col_ub[j]}]: tighten them or use backend='highs'"
+            )
         coefs, row_lb, row_ub = form.integral_rows()
         A = form.A
         model = cp_model.CpModel()  # type: ignore[attr-defined]
@@ -260,11 +269,13 @@ class CPSATOracle(MapOracle):
         lin = cp_model.LinearExpr  # type: ignore[attr-defined]
         reach = [int(v) for v in big.tolist()]
         for i in range(form.n_rows):
-            cols = A.indices[A.indptr[i]:A.indptr[i + 1]].tolist()
+            cols = A.indices[A.indptr[i] : A.indptr[i + 1]].tolist()
             row = coefs[i]
             if sum(abs(a) * reach[j] for a, j in zip(row, cols)) > _MAX_ACTIVITY:
-                raise ValueError(f"row {i}: scaled to integers, |coefficients| · |bounds| reach beyond "
-                                 "CP-SAT's 64-bit range: rescale the row or use backend='highs'")
+                raise ValueError(
+                    f"row {i}: scaled to integers, |coefficients| · |bounds| reach beyond "
+                    "CP-SAT's 64-bit range: rescale the row or use backend='highs'"
+                )
             low, high = row_lb[i], row_ub[i]
             lb: int = cp_model.INT_MIN if low is None else low  # type: ignore[attr-defined]
             ub: int = cp_model.INT_MAX if high is None else high  # type: ignore[attr-defined]
@@ -355,8 +366,9 @@ class CPSATOracle(MapOracle):
         if status == codes.INFEASIBLE:
             raise InfeasibleError("CP-SAT: the model is infeasible")
         if status == codes.UNKNOWN:
-            raise SolverTimeoutError(f"CP-SAT: no feasible state found within the time limit of "
-                                     f"{self.time_limit} s")
+            raise SolverTimeoutError(
+                f"CP-SAT: no feasible state found within the time limit of {self.time_limit} s"
+            )
         raise ImleSolversError(f"CP-SAT returned status {status!r}: {response.solution_info}")
 
     def _set_hint(self, local: Any, values: list[int]) -> None:
@@ -368,5 +380,7 @@ class CPSATOracle(MapOracle):
         hint.values.extend(values)
 
     def __repr__(self) -> str:
-        return (f"CPSATOracle(n_vars={self.n_vars}, sense={self.sense!r}, resolution={self.resolution:g}, "
-                f"time_limit={self.time_limit})")
+        return (
+            f"CPSATOracle(n_vars={self.n_vars}, sense={self.sense!r}, resolution={self.resolution:g}, "
+            f"time_limit={self.time_limit})"
+        )

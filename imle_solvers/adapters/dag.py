@@ -115,8 +115,13 @@ class DAGShortestPath(TorchOracle):
             arcs = [incoming[v] + [self.n_vars] * (width - len(incoming[v])) for v in vs]
             tails_lvl = [[tails[e] if e < self.n_vars else self._source_idx for e in row] for row in arcs]
             self._levels.append(
-                (torch.tensor(vs, dtype=torch.long), torch.tensor(tails_lvl, dtype=torch.long).flatten(),
-                 offset, len(vs), width)
+                (
+                    torch.tensor(vs, dtype=torch.long),
+                    torch.tensor(tails_lvl, dtype=torch.long).flatten(),
+                    offset,
+                    len(vs),
+                    width,
+                )
             )
             offset += len(vs) * width
             level_nodes += vs
@@ -138,8 +143,9 @@ class DAGShortestPath(TorchOracle):
         self.expected_nonzeros = float(expected_nonzeros)
         self._cache: dict[torch.device, dict[str, Any]] = {}
         self._useful = np.flatnonzero(useful)  # arcs on some source → target path   [a]
-        self._plan = LevelPlan(len(nodes), np.asarray(tails)[self._useful], np.asarray(heads)[self._useful],
-                               self._source_idx)  # the level DP of the NumPy path (shared)
+        self._plan = LevelPlan(
+            len(nodes), np.asarray(tails)[self._useful], np.asarray(heads)[self._useful], self._source_idx
+        )  # the level DP of the NumPy path (shared)
         self._np_tails = np.concatenate([self._tails.numpy(), [self._source_idx]])
 
     # ------------------------------------------------------------------ constructors

@@ -87,8 +87,11 @@ class TorchKnapsack(TorchOracle):
             w = w[:, None]
         if w.ndim != 2 or w.shape[0] < 1 or w.shape[1] < 1:
             raise ValueError(f"weights must have shape (n_items, n_dims), got {np.shape(weights)}")
-        caps = np.broadcast_to(np.asarray(capacities, dtype=float), (w.shape[1],)).copy() \
-            if np.ndim(capacities) == 0 else np.asarray(capacities, dtype=float)
+        caps = (
+            np.broadcast_to(np.asarray(capacities, dtype=float), (w.shape[1],)).copy()
+            if np.ndim(capacities) == 0
+            else np.asarray(capacities, dtype=float)
+        )
         if caps.shape != (w.shape[1],):
             raise ValueError(f"capacities must have shape ({w.shape[1]},) to match weights, got {caps.shape}")
         for name, arr in (("weights", w), ("capacities", caps)):
@@ -111,10 +114,14 @@ class TorchKnapsack(TorchOracle):
         if method == "dp" and dp_cost is None:
             raise ValueError(f"{lattice} capacity states (more than {_MAX_LATTICE}): use method='enumerate'")
         if sets is None and dp_cost is None:
-            raise ValueError(f"instance too large: {lattice} capacity states and more than {_MAX_SETS} "
-                             "feasible item sets")
-        self.method: Literal["dp", "enumerate"] = "enumerate" if sets is not None and (
-            method == "enumerate" or dp_cost is None or sets.size <= dp_cost) else "dp"
+            raise ValueError(
+                f"instance too large: {lattice} capacity states and more than {_MAX_SETS} feasible item sets"
+            )
+        self.method: Literal["dp", "enumerate"] = (
+            "enumerate"
+            if sets is not None and (method == "enumerate" or dp_cost is None or sets.size <= dp_cost)
+            else "dp"
+        )
         if self.method == "enumerate":
             assert sets is not None
             self._sets = sets  # item ids per feasible set, padded with n; sorted by Σ 2^i   [F, K]
@@ -141,7 +148,7 @@ class TorchKnapsack(TorchOracle):
             step = max(1, (1 << 22) // (n * len(caps)))  # parents per chunk: bounded scratch
             grown_items, grown_used = [], []
             for lo in range(0, items.shape[0], step):
-                part, part_used = items[lo:lo + step], used[lo:lo + step]
+                part, part_used = items[lo : lo + step], used[lo : lo + step]
                 last = part[:, -1] if part.shape[1] else np.full(part.shape[0], -1)
                 grown = part_used[:, None, :] + w[None, :, :]  # add item j   [F', n, D]
                 ok = (grown <= caps).all(axis=2) & (np.arange(n)[None, :] > last[:, None])  # [F', n]
@@ -154,8 +161,13 @@ class TorchKnapsack(TorchOracle):
             items, used = np.concatenate(grown_items), np.concatenate(grown_used)
             levels.append(items)
         size = max(len(level[0]) if level.size else 0 for level in levels)
-        sets = np.concatenate([np.pad(level, ((0, 0), (0, size - level.shape[1])), constant_values=n)
-                               for level in levels if level.shape[0]])  # [F, K]
+        sets = np.concatenate(
+            [
+                np.pad(level, ((0, 0), (0, size - level.shape[1])), constant_values=n)
+                for level in levels
+                if level.shape[0]
+            ]
+        )  # [F, K]
         if size == 0:
             sets = np.full((1, 1), n, dtype=np.int64)
         member = np.zeros((sets.shape[0], n + 1), dtype=bool)
@@ -176,8 +188,10 @@ class TorchKnapsack(TorchOracle):
         order = np.argsort(keys)
         parent_keys = np.ascontiguousarray(parent_rows).view(keys.dtype)[:, 0]
         parent = order[np.searchsorted(keys[order], parent_keys)]  # [F]
-        self._levels = [(np.flatnonzero(size == k), parent[size == k], last[size == k])
-                        for k in range(1, int(size.max(initial=0)) + 1)]
+        self._levels = [
+            (np.flatnonzero(size == k), parent[size == k], last[size == k])
+            for k in range(1, int(size.max(initial=0)) + 1)
+        ]
 
     def _build_dp(self, lattice: int) -> None:
         """Flat strides of the capacity lattice and, per item, its shift and where it fits."""
@@ -192,8 +206,10 @@ class TorchKnapsack(TorchOracle):
         plan = self._device_cache.get(device)
         if plan is None:
             if self.method == "enumerate":
-                plan = {"sets": torch.from_numpy(self._sets).to(device),
-                        "members": torch.from_numpy(self._members).to(device)}
+                plan = {
+                    "sets": torch.from_numpy(self._sets).to(device),
+                    "members": torch.from_numpy(self._members).to(device),
+                }
             else:
                 plan = {"fits": torch.from_numpy(self._fits).to(device)}
             self._device_cache[device] = plan
@@ -205,7 +221,8 @@ class TorchKnapsack(TorchOracle):
         """0/1 item choices for ``(..., n)`` item values; same shape, device and dtype."""
         if weights.shape[-1:] != (self.n_vars,):
             raise InvalidWeightsError(
-                f"{self!r} expects values of shape (..., {self.n_vars}), got {tuple(weights.shape)}")
+                f"{self!r} expects values of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
+            )
         lead = weights.shape[:-1]
         dtype = weights.dtype if weights.is_floating_point() else torch.float64
         v = weights.detach().reshape(-1, self.n_vars).to(dtype)  # θ   [N, n]
@@ -215,10 +232,10 @@ class TorchKnapsack(TorchOracle):
         if v.device.type == "cpu":  # NumPy only (tiny torch ops pay for waking the intra-op thread pool)
             solve_np = self._solve_enumerate_numpy if self.method == "enumerate" else self._solve_dp_numpy
             v_np = v.numpy()
-            parts_np = [solve_np(v_np[start:start + chunk]) for start in range(0, v_np.shape[0], chunk)]
+            parts_np = [solve_np(v_np[start : start + chunk]) for start in range(0, v_np.shape[0], chunk)]
             z_np = np.concatenate(parts_np) if parts_np else np.zeros((0, self.n_vars), dtype=v_np.dtype)
             return torch.from_numpy(z_np).to(weights.dtype).reshape(*lead, self.n_vars)
-        parts = [solve(v[start:start + chunk]) for start in range(0, v.shape[0], chunk)]
+        parts = [solve(v[start : start + chunk]) for start in range(0, v.shape[0], chunk)]
         z = torch.cat(parts) if parts else v.new_zeros((0, self.n_vars))
         return z.to(weights.dtype).reshape(*lead, self.n_vars)
 
@@ -234,11 +251,11 @@ class TorchKnapsack(TorchOracle):
         step = max(8, _CPU_SCORES // self._sets.shape[0])  # rows per pass: the scores stay in cache
         best = np.empty(v.shape[0], dtype=np.int64)
         for lo in range(0, v.shape[0], step):
-            part = np.ascontiguousarray(v_np[:, lo:lo + step])  # [n+1, N']
+            part = np.ascontiguousarray(v_np[:, lo : lo + step])  # [n+1, N']
             score = np.zeros((self._sets.shape[0], part.shape[1]), dtype=part.dtype)  # ⟨z, θ⟩   [F, N']
             for rows, parent, item in self._levels:  # a set's score: its parent's + its last item's value
                 score[rows] = score[parent] + part[item]
-            best[lo:lo + step] = score.argmax(axis=0)  # first maximum: smallest Σ 2^i among the optima
+            best[lo : lo + step] = score.argmax(axis=0)  # first maximum: smallest Σ 2^i among the optima
         return self._members[best].astype(v.dtype)
 
     def _solve_enumerate_torch(self, v: torch.Tensor) -> torch.Tensor:
@@ -270,7 +287,7 @@ class TorchKnapsack(TorchOracle):
         fits = plan["fits"]  # [n, L]
         for i in range(self.n_vars):
             s = int(self._shift[i])
-            cand = buf[:, pad - s: pad - s + lat] + v[:, i:i + 1]  # V(c − w_i) + θ_i   [N, L]
+            cand = buf[:, pad - s : pad - s + lat] + v[:, i : i + 1]  # V(c − w_i) + θ_i   [N, L]
             torch.logical_and(cand > value, fits[i], out=take[i])  # strictly better: take item i
             value.copy_(torch.where(take[i], cand, value))
         z = v.new_zeros((n_rows, self.n_vars))
@@ -292,7 +309,7 @@ class TorchKnapsack(TorchOracle):
         cand = np.empty((n_rows, lat), dtype=v.dtype)
         for i in range(self.n_vars):
             s = int(self._shift[i])
-            np.add(buf[:, pad - s: pad - s + lat], v[:, i:i + 1], out=cand)  # V(c − w_i) + θ_i
+            np.add(buf[:, pad - s : pad - s + lat], v[:, i : i + 1], out=cand)  # V(c − w_i) + θ_i
             took = take[i]  # [N, L]
             np.greater(cand, value, out=took)
             np.logical_and(took, self._fits[i], out=took)  # strictly better and within capacity
@@ -312,5 +329,7 @@ class TorchKnapsack(TorchOracle):
         return state
 
     def __repr__(self) -> str:
-        return (f"TorchKnapsack(n_items={self.n_vars}, capacities={self.capacities.tolist()}, "
-                f"method={self.method!r})")
+        return (
+            f"TorchKnapsack(n_items={self.n_vars}, capacities={self.capacities.tolist()}, "
+            f"method={self.method!r})"
+        )

@@ -102,9 +102,18 @@ def _child_options() -> dict[str, Any]:
     global _CHILD
     if _CHILD is None:
         setpriv = shutil.which("setpriv")
-        if sys.platform.startswith("linux") and setpriv is not None and subprocess.run(
-                [setpriv, "--pdeathsig", "KILL", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, check=False).returncode == 0:
+        if (
+            sys.platform.startswith("linux")
+            and setpriv is not None
+            and subprocess.run(
+                [setpriv, "--pdeathsig", "KILL", "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            ).returncode
+            == 0
+        ):
             _CHILD = {"prefix": [setpriv, "--pdeathsig", "KILL"]}
         elif sys.platform.startswith("linux"):
             _CHILD = {"preexec_fn": _die_with_parent}
@@ -124,8 +133,13 @@ def _run_child(args: list[str]) -> None:
     this process dies."""
     options = dict(_child_options())
     prefix = options.pop("prefix", [])
-    proc = subprocess.Popen([*prefix, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, **options)
+    proc = subprocess.Popen(
+        [*prefix, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        **options,
+    )
     stopped: list[bool] = []
 
     def stop() -> None:
@@ -196,7 +210,9 @@ class _CbcEngine:
         for j in range(form.n_cols):
             entries = "".join(
                 f"    C{j} R{i} {_fmt(v)}\n"
-                for i, v in zip(A.indices[A.indptr[j]:A.indptr[j + 1]], A.data[A.indptr[j]:A.indptr[j + 1]])
+                for i, v in zip(
+                    A.indices[A.indptr[j] : A.indptr[j + 1]], A.data[A.indptr[j] : A.indptr[j + 1]]
+                )
                 if kinds[i] is not None
             )
             if form.integer[j]:
@@ -240,8 +256,10 @@ class _CbcEngine:
             candidates = [getattr(coin_api, "pulp_cbc_path", None), shutil.which("cbc")]
             found = [c for c in candidates if c and os.path.isfile(c)]
             if not found:  # pragma: no cover - broken PuLP install
-                raise ImleSolversError("no CBC executable: PuLP's bundled CBC is missing and `cbc` is not on "
-                                       "the PATH (pip install 'pulp[cbc]')")
+                raise ImleSolversError(
+                    "no CBC executable: PuLP's bundled CBC is missing and `cbc` is not on "
+                    "the PATH (pip install 'pulp[cbc]')"
+                )
             path = os.path.realpath(found[0])
             if not os.access(path, os.X_OK):  # PuLP ships it without the execute bit on some installs
                 os.chmod(path, os.stat(path).st_mode | 0o111)
@@ -272,8 +290,11 @@ class _CbcEngine:
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         outcome = self._parse(raw)
-        if (outcome[0] == "infeasible" and self.time_limit is not None
-                and time.perf_counter() - started >= self.time_limit):
+        if (
+            outcome[0] == "infeasible"
+            and self.time_limit is not None
+            and time.perf_counter() - started >= self.time_limit
+        ):
             # CBC can print "Integer infeasible" for a feasible model when its clock runs out (its root cut
             # loop, interrupted, returns a bogus bound; seen on planted market-split instances): only a
             # run that ended before the limit proves infeasibility.
@@ -283,9 +304,15 @@ class _CbcEngine:
             if self.solve(np.zeros_like(costs))[0] == "optimal":
                 if self.can_be_unbounded:
                     return "unbounded", None, outcome[2]
-                return "error", None, (f"CBC called the model infeasible ({outcome[2]!r}) but it has a "
-                                       "feasible "
-                                       "state: numerical trouble; rescale the model or use backend='highs'")
+                return (
+                    "error",
+                    None,
+                    (
+                        f"CBC called the model infeasible ({outcome[2]!r}) but it has a "
+                        "feasible "
+                        "state: numerical trouble; rescale the model or use backend='highs'"
+                    ),
+                )
         return outcome
 
     @staticmethod
@@ -379,9 +406,13 @@ class _HighsEngine:
         h.setOptionValue("log_to_console", False)
         h.setCallback(_highs_log, log)
         h.startCallback(callbacks.kCallbackLogging)
-        for option, value in (("output_flag", True), ("threads", 1),
-                              ("mip_rel_gap", 0.0),  # optimal, not within HiGHS's default 0.01 % gap
-                              ("mip_feasibility_tolerance", 1e-9), ("primal_feasibility_tolerance", 1e-9)):
+        for option, value in (
+            ("output_flag", True),
+            ("threads", 1),
+            ("mip_rel_gap", 0.0),  # optimal, not within HiGHS's default 0.01 % gap
+            ("mip_feasibility_tolerance", 1e-9),
+            ("primal_feasibility_tolerance", 1e-9),
+        ):
             h.setOptionValue(option, value)
         if self.time_limit is not None:
             h.setOptionValue("time_limit", float(self.time_limit))
@@ -400,14 +431,29 @@ class _HighsEngine:
             data = A.data * np.repeat(scale, np.diff(A.indptr))
             with np.errstate(invalid="ignore"):
                 lb, ub = form.row_lb * scale, form.row_ub * scale
-            self._complain(h.addRows(form.n_rows, lb, ub, A.nnz, A.indptr[:-1].astype(np.int32),
-                                     A.indices.astype(np.int32), data), ok, "the constraint rows", log)
+            self._complain(
+                h.addRows(
+                    form.n_rows,
+                    lb,
+                    ub,
+                    A.nnz,
+                    A.indptr[:-1].astype(np.int32),
+                    A.indices.astype(np.int32),
+                    data,
+                ),
+                ok,
+                "the constraint rows",
+                log,
+            )
         h.stopCallback(callbacks.kCallbackLogging)
         h.setOptionValue("output_flag", False)
         stop = _HighsStop()
         h.setCallback(_highs_interrupt, stop)
-        for kind in (callbacks.kCallbackSimplexInterrupt, callbacks.kCallbackIpmInterrupt,
-                     callbacks.kCallbackMipInterrupt):
+        for kind in (
+            callbacks.kCallbackSimplexInterrupt,
+            callbacks.kCallbackIpmInterrupt,
+            callbacks.kCallbackMipInterrupt,
+        ):
             h.startCallback(kind)
         self._cols = np.arange(form.n_vars, dtype=np.int32)
         self._status = highspy.HighsModelStatus  # type: ignore[attr-defined]
@@ -418,9 +464,11 @@ class _HighsEngine:
     def _complain(status: Any, ok: Any, what: str, log: list[str]) -> None:
         if status != ok:
             said = " ".join(line.strip() for line in log) or "no message"
-            raise ValueError(f"HiGHS rejected {what} ({status}; HiGHS: {said!r}). Each row is scaled by a "
-                             "power of two to a largest coefficient ≈ 1, after which HiGHS takes magnitudes "
-                             "within [1e-9, 1e15]: a row mixes coefficients too far apart; rescale the model")
+            raise ValueError(
+                f"HiGHS rejected {what} ({status}; HiGHS: {said!r}). Each row is scaled by a "
+                "power of two to a largest coefficient ≈ 1, after which HiGHS takes magnitudes "
+                "within [1e-9, 1e15]: a row mixes coefficients too far apart; rescale the model"
+            )
 
     def solve(self, costs: np.ndarray) -> Outcome:
         h = getattr(self._local, "h", None)
@@ -453,6 +501,7 @@ class _HighsEngine:
         On the main thread Python's SIGINT handler is swapped for one that only sets the flag for the
         duration: the default one would raise ``KeyboardInterrupt`` inside the callback, across C++.
         """
+
         def on_sigint(signum: int, frame: Any) -> None:
             stop.flag = True
 
@@ -592,8 +641,16 @@ class PulpOracle(MapOracle):
             engine = _PulpEngine(problem, form.names, solver)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine)
 
-    def _init(self, form: LinearForm, solver: Any, sense: str, time_limit: float | None, strict: bool,
-              expected_nonzeros: float | None, engine: Any = None) -> None:
+    def _init(
+        self,
+        form: LinearForm,
+        solver: Any,
+        sense: str,
+        time_limit: float | None,
+        strict: bool,
+        expected_nonzeros: float | None,
+        engine: Any = None,
+    ) -> None:
         if sense not in ("max", "min"):
             raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
         if time_limit is not None and not time_limit > 0:
@@ -609,8 +666,7 @@ class PulpOracle(MapOracle):
                 raise ValueError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
         self.sense = sense  # type: ignore[assignment]
         self.n_vars = form.n_vars
-        self.expected_nonzeros = (form.expected_nonzeros() if expected_nonzeros is None
-                                  else expected_nonzeros)
+        self.expected_nonzeros = form.expected_nonzeros() if expected_nonzeros is None else expected_nonzeros
         self.solver = solver if isinstance(solver, str) else type(solver).__name__
         self.time_limit = time_limit
         self.strict = bool(strict)
@@ -619,9 +675,16 @@ class PulpOracle(MapOracle):
         self._engine = engine
 
     @classmethod
-    def from_linear_form(cls, form: LinearForm, solver: str = "cbc", sense: str = "min", *,
-                         time_limit: float | None = None, strict: bool = False,
-                         expected_nonzeros: float | None = None) -> PulpOracle:
+    def from_linear_form(
+        cls,
+        form: LinearForm,
+        solver: str = "cbc",
+        sense: str = "min",
+        *,
+        time_limit: float | None = None,
+        strict: bool = False,
+        expected_nonzeros: float | None = None,
+    ) -> PulpOracle:
         """An oracle on an already validated `LinearForm` (used by [`ILP`][imle_solvers.ILP])."""
         self = cls.__new__(cls)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros)
@@ -652,10 +715,13 @@ class PulpOracle(MapOracle):
         if outcome == "unbounded":
             raise UnboundedError(f"{name}: the objective is unbounded for these weights")
         if outcome == "timeout":
-            raise SolverTimeoutError(f"{name}: no feasible state found within the time limit of "
-                                     f"{self.time_limit} s")
+            raise SolverTimeoutError(
+                f"{name}: no feasible state found within the time limit of {self.time_limit} s"
+            )
         raise ImleSolversError(f"{name}: solver failed ({detail})")
 
     def __repr__(self) -> str:
-        return (f"PulpOracle(n_vars={self.n_vars}, sense={self.sense!r}, solver={self.solver!r}, "
-                f"time_limit={self.time_limit})")
+        return (
+            f"PulpOracle(n_vars={self.n_vars}, sense={self.sense!r}, solver={self.solver!r}, "
+            f"time_limit={self.time_limit})"
+        )

@@ -23,14 +23,17 @@ SUITES: dict[str, tuple[str, str]] = {
     "pool": ("imle_solvers.benchmarks.pool", "serial vs thread vs process pools on a batch of solves"),
     "layer": ("imle_solvers.benchmarks.layer", "an I-MLE training step vs the two oracle calls it makes"),
     "pto": ("imle_solvers.benchmarks.pto", "seconds per epoch of predict-then-optimize training"),
-    "graphs": ("imle_solvers.benchmarks.graphs_device",
-               "device-native grid shortest path and knapsack vs SciPy Dijkstra and CP-SAT"),
+    "graphs": (
+        "imle_solvers.benchmarks.graphs_device",
+        "device-native grid shortest path and knapsack vs SciPy Dijkstra and CP-SAT",
+    ),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 
 
-def time_per_call(fn: Callable[[], Any], repeat: int = 5, number: int | None = None,
-                  min_time: float = 0.2) -> float:
+def time_per_call(
+    fn: Callable[[], Any], repeat: int = 5, number: int | None = None, min_time: float = 0.2
+) -> float:
     """Median seconds per call of ``fn`` over ``repeat`` rounds of ``number`` calls.
 
     ``number`` is chosen so that one round lasts about ``min_time`` seconds when not given.
@@ -64,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: imle-solvers bench backends --quick --json runs/backends.json",
         formatter_class=HelpFormatter,
     )
-    parser.add_argument("suite", choices=[*SUITES, "all"], metavar="SUITE",
-                        help=f"which suite to run: {', '.join(SUITES)} or all")
+    parser.add_argument(
+        "suite",
+        choices=[*SUITES, "all"],
+        metavar="SUITE",
+        help=f"which suite to run: {', '.join(SUITES)} or all",
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run in seconds")
     parser.add_argument("--json", metavar="PATH", default=None, help="also write the rows to this JSON file")
     return parser

@@ -124,8 +124,9 @@ def _cpsat_fns(A: np.ndarray, b: np.ndarray, weights: np.ndarray) -> dict[str, C
         x = [model.new_bool_var(f"x{k}") for k in range(A.shape[1])]
         for i in range(A.shape[0]):
             ks = cols_[rows_ == i]
-            model.add(cp_model.LinearExpr.weighted_sum([x[k] for k in ks], [int(A[i, k]) for k in ks])
-                      == int(b[i]))
+            model.add(
+                cp_model.LinearExpr.weighted_sum([x[k] for k in ks], [int(A[i, k]) for k in ks]) == int(b[i])
+            )
         top = float(np.abs(w).max())
         model.minimize(cp_model.LinearExpr.weighted_sum(x, np.rint(w * (2**20 / top)).astype(int).tolist()))
         solver = cp_model.CpSolver()
@@ -134,6 +135,7 @@ def _cpsat_fns(A: np.ndarray, b: np.ndarray, weights: np.ndarray) -> dict[str, C
         return [solver.value(v) for v in x]
 
     hinted = ILP(A.shape[1], A_eq=A, b_eq=b, backend="cpsat", hint=True)
+
     def check() -> float:  # a bare solve, then the check on its solution, timed alone
         solution = bare_solution()
         t0 = time.thread_time()
@@ -149,8 +151,13 @@ def _cpsat_fns(A: np.ndarray, b: np.ndarray, weights: np.ndarray) -> dict[str, C
         response = wrapper.solve(proto)
         return list(response.solution)  # copied while the response is alive
 
-    return {"adapter": lambda: ilp.solve(nxt()), "bare": bare, "rebuild": rebuild,
-            "hinted": lambda: hinted.solve(nxt()), "check": check}
+    return {
+        "adapter": lambda: ilp.solve(nxt()),
+        "bare": bare,
+        "rebuild": rebuild,
+        "hinted": lambda: hinted.solve(nxt()),
+        "check": check,
+    }
 
 
 def _pulp_problem(A: np.ndarray, b: np.ndarray) -> tuple[Any, list[Any]]:
@@ -171,8 +178,9 @@ def _pulp_solver(name: str) -> Any:
         return pulp.PULP_CBC_CMD(msg=False) if name == "cbc" else pulp.HiGHS(msg=False)
 
 
-def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
-              scratch: str) -> dict[str, Callable[[], Any]]:
+def _pulp_fns(
+    name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray, scratch: str
+) -> dict[str, Callable[[], Any]]:
     import pulp
 
     from ..adapters.pulp import _CbcEngine, _HighsEngine
@@ -214,8 +222,13 @@ def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
         cbc = engine.binary()
 
         def bare() -> Any:
-            subprocess.run([cbc, next(files), "branch", "solution", sol], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            subprocess.run(
+                [cbc, next(files), "branch", "solution", sol],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            )
             with open(sol) as fh:
                 text = fh.read()
             os.remove(sol)  # as the adapter does: a fresh file each call
@@ -238,8 +251,13 @@ def _pulp_fns(name: str, A: np.ndarray, b: np.ndarray, weights: np.ndarray,
         oracle._check(raw, "PulpOracle")
         return time.thread_time() - t0
 
-    return {"adapter": lambda: ilp.solve(nxt()), "bare": bare, "rebuild": rebuild,
-            "objective_only": objective_only, "check": check}
+    return {
+        "adapter": lambda: ilp.solve(nxt()),
+        "bare": bare,
+        "rebuild": rebuild,
+        "objective_only": objective_only,
+        "check": check,
+    }
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
@@ -258,30 +276,71 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             fns = _cpsat_fns(A, b, weights) if name == "cpsat" else _pulp_fns(name, A, b, weights, scratch)
             # two passes: adapter vs bare alone (their ratio is the overhead), then the slow variants
             # against the adapter (their garbage would otherwise land in whichever call allocates next)
-            ms = dict(zip(("adapter", "bare"), (1e3 * t for t in _alternating([fns["adapter"], fns["bare"]],
-                                                                              budget))))
+            ms = dict(
+                zip(
+                    ("adapter", "bare"),
+                    (1e3 * t for t in _alternating([fns["adapter"], fns["bare"]], budget)),
+                )
+            )
             slow = [k for k in ("rebuild", "objective_only") if k in fns]
             times = _alternating([fns["adapter"], *[fns[k] for k in slow]], budget / 2)
             scale = ms["adapter"] / (1e3 * times[0])  # express them on the first pass's scale
             ms.update({k: 1e3 * t * scale for k, t in zip(slow, times[1:])})
-            rows.append({"adapter": label, "instance": instance, "adapter_ms": ms["adapter"],
-                         "bare_ms": ms["bare"], "ratio": ms["adapter"] / ms["bare"], "reference_ms": ""})
+            rows.append(
+                {
+                    "adapter": label,
+                    "instance": instance,
+                    "adapter_ms": ms["adapter"],
+                    "bare_ms": ms["bare"],
+                    "ratio": ms["adapter"] / ms["bare"],
+                    "reference_ms": "",
+                }
+            )
             if "objective_only" in ms:
-                rows.append({"adapter": f"PuLP/{name} objective-only", "instance": instance,
-                             "adapter_ms": ms["objective_only"], "bare_ms": ms["adapter"],
-                             "ratio": ms["objective_only"] / ms["adapter"], "reference_ms": ""})
+                rows.append(
+                    {
+                        "adapter": f"PuLP/{name} objective-only",
+                        "instance": instance,
+                        "adapter_ms": ms["objective_only"],
+                        "bare_ms": ms["adapter"],
+                        "ratio": ms["objective_only"] / ms["adapter"],
+                        "reference_ms": "",
+                    }
+                )
             solver = "CP-SAT" if name == "cpsat" else f"PuLP/{name.upper() if name == 'cbc' else 'HiGHS'}"
             rounds = int(min(400, max(30, budget / 2 / (ms["adapter"] / 1e3))))  # about budget/2 seconds
             check_ms = 1e3 * float(np.median([fns["check"]() for _ in range(rounds)]))
-            rows.append({"adapter": f"{label} feasibility check", "instance": instance,
-                         "adapter_ms": check_ms,
-                         "bare_ms": ms["adapter"], "ratio": check_ms / ms["adapter"], "reference_ms": "",
-                         "goal": "≤ 0.03"})
+            rows.append(
+                {
+                    "adapter": f"{label} feasibility check",
+                    "instance": instance,
+                    "adapter_ms": check_ms,
+                    "bare_ms": ms["adapter"],
+                    "ratio": check_ms / ms["adapter"],
+                    "reference_ms": "",
+                    "goal": "≤ 0.03",
+                }
+            )
             if "hinted" in fns:
                 hinted, plain = (1e3 * t for t in _alternating([fns["hinted"], fns["adapter"]], budget / 2))
-                rows.append({"adapter": "CP-SAT hint=True", "instance": instance, "adapter_ms": hinted,
-                             "bare_ms": plain, "ratio": hinted / plain, "reference_ms": ""})
-            rows.append({"adapter": f"{solver} rebuild per call", "instance": instance,
-                         "adapter_ms": ms["rebuild"], "bare_ms": ms["adapter"],
-                         "ratio": ms["rebuild"] / ms["adapter"], "reference_ms": REFERENCE_MS[name]})
+                rows.append(
+                    {
+                        "adapter": "CP-SAT hint=True",
+                        "instance": instance,
+                        "adapter_ms": hinted,
+                        "bare_ms": plain,
+                        "ratio": hinted / plain,
+                        "reference_ms": "",
+                    }
+                )
+            rows.append(
+                {
+                    "adapter": f"{solver} rebuild per call",
+                    "instance": instance,
+                    "adapter_ms": ms["rebuild"],
+                    "bare_ms": ms["adapter"],
+                    "ratio": ms["rebuild"] / ms["adapter"],
+                    "reference_ms": REFERENCE_MS[name],
+                }
+            )
     return rows

@@ -74,8 +74,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 oracle.solve(weights[next(counter) % len(weights)])
 
             seconds = time_per_call(call, repeat=3 if quick else 5, min_time=0.05 if quick else 0.2)
-            rows.append({"problem": name, "backend": backend, "model": "integer" if integer else "LP",
-                         "ms_per_solve": round(1e3 * seconds, 3)})
+            rows.append(
+                {
+                    "problem": name,
+                    "backend": backend,
+                    "model": "integer" if integer else "LP",
+                    "ms_per_solve": round(1e3 * seconds, 3),
+                }
+            )
     fastest: dict[str, float] = {}
     for row in rows:
         fastest[row["problem"]] = min(fastest.get(row["problem"], np.inf), row["ms_per_solve"])

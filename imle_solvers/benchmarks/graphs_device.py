@@ -49,11 +49,27 @@ def _cuda_ms(fn: Callable[[], Any], rounds: int) -> float:
     return _quartile_ms([synced], rounds)[0]
 
 
-def _row(problem: str, instance: str, solver: str, device: str, batch: int, ms: float, ref_ms: float,
-         ref_batch: int) -> dict[str, Any]:
+def _row(
+    problem: str,
+    instance: str,
+    solver: str,
+    device: str,
+    batch: int,
+    ms: float,
+    ref_ms: float,
+    ref_batch: int,
+) -> dict[str, Any]:
     per = 1e3 * ms / batch
-    return {"problem": problem, "instance": instance, "solver": solver, "device": device, "batch": batch,
-            "batch_ms": ms, "us_per_instance": per, "speedup": (1e3 * ref_ms / ref_batch) / per}
+    return {
+        "problem": problem,
+        "instance": instance,
+        "solver": solver,
+        "device": device,
+        "batch": batch,
+        "batch_ms": ms,
+        "us_per_instance": per,
+        "speedup": (1e3 * ref_ms / ref_batch) / per,
+    }
 
 
 def _grid_rows(quick: bool) -> list[dict[str, Any]]:
@@ -68,17 +84,38 @@ def _grid_rows(quick: bool) -> list[dict[str, Any]]:
             w = maps.repeat(batch // 256, 1)  # [B·S, K·K]
             w_host = w.double().numpy()
             rounds = 1 if quick or (size == 30 and batch == 4096) else 3
-            ref_ms, cpu_ms = _quartile_ms([partial(host.solve_batch, w_host), partial(dev.solve_torch, w)],
-                                          rounds)
+            ref_ms, cpu_ms = _quartile_ms(
+                [partial(host.solve_batch, w_host), partial(dev.solve_torch, w)], rounds
+            )
             name = f"terrain {size}×{size}"
-            rows.append(_row("grid path", name, "SciPy Dijkstra (GridShortestPath)", "cpu", batch, ref_ms,
-                             ref_ms, batch))
+            rows.append(
+                _row(
+                    "grid path",
+                    name,
+                    "SciPy Dijkstra (GridShortestPath)",
+                    "cpu",
+                    batch,
+                    ref_ms,
+                    ref_ms,
+                    batch,
+                )
+            )
             rows.append(_row("grid path", name, "TorchGridShortestPath", "cpu", batch, cpu_ms, ref_ms, batch))
             if cuda:
                 w_gpu = w.cuda()
                 gpu_ms = _cuda_ms(partial(dev.solve_torch, w_gpu), 3 if quick else 10)
-                rows.append(_row("grid path", name, "TorchGridShortestPath",
-                                 torch.cuda.get_device_name(), batch, gpu_ms, ref_ms, batch))
+                rows.append(
+                    _row(
+                        "grid path",
+                        name,
+                        "TorchGridShortestPath",
+                        torch.cuda.get_device_name(),
+                        batch,
+                        gpu_ms,
+                        ref_ms,
+                        batch,
+                    )
+                )
     return rows
 
 
@@ -97,8 +134,12 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
     item_w = np.array(data.info["item_weights"])  # [2, 32], hundredths
     small_w = np.round(item_w).astype(np.int64)  # integer weights 3-8 for the DP instance
     cases = [
-        ("PyEPO 2-D, W×100, C = 2000", TorchKnapsack(np.round(100 * item_w.T).astype(np.int64), [2000, 2000]),
-         item_w, 20.0),
+        (
+            "PyEPO 2-D, W×100, C = 2000",
+            TorchKnapsack(np.round(100 * item_w.T).astype(np.int64), [2000, 2000]),
+            item_w,
+            20.0,
+        ),
         ("2-D integer W 3-8, C = 20", TorchKnapsack(small_w.T, [20, 20], method="dp"), small_w, 20.0),
     ]
     rows: list[dict[str, Any]] = []
@@ -110,8 +151,9 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
             ilp = ILP(32, A_ub=a_ub.astype(float), b_ub=[cap, cap], sense="max", backend="cpsat")
             host = values[:n_ref].double().numpy()
             ref_ms = _quartile_ms([partial(ilp.solve_batch, host)], 1 if quick else 3)[0]
-            rows.append(_row("knapsack", name, "CP-SAT per instance (ILP)", "cpu", n_ref, ref_ms, ref_ms,
-                             n_ref))
+            rows.append(
+                _row("knapsack", name, "CP-SAT per instance (ILP)", "cpu", n_ref, ref_ms, ref_ms, n_ref)
+            )
         else:
             ref_ms = float("nan")
         label = f"TorchKnapsack ({oracle.method})"
@@ -119,8 +161,9 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
         if cuda:
             v_gpu = values.cuda()
             gpu_ms = _cuda_ms(partial(oracle.solve_torch, v_gpu), 3 if quick else 10)
-            rows.append(_row("knapsack", name, label, torch.cuda.get_device_name(), 320, gpu_ms, ref_ms,
-                             n_ref))
+            rows.append(
+                _row("knapsack", name, label, torch.cuda.get_device_name(), 320, gpu_ms, ref_ms, n_ref)
+            )
     return rows
 
 

@@ -51,8 +51,12 @@ def _noise_rows(device: str, quick: bool) -> list[dict[str, Any]]:
     for shape in shapes:
         gen = torch.Generator(device).manual_seed(0)
         times: dict[str, float] = {}
-        for label, noise in (("Gumbel", Gumbel()), ("SoG table", SumOfGamma(k=5)),
-                             ("SoG exact", SumOfGamma(k=5, exact=True))):
+        for label, noise in (
+            ("Gumbel", Gumbel()),
+            ("SoG table", SumOfGamma(k=5)),
+            ("SoG exact", SumOfGamma(k=5, exact=True)),
+        ):
+
             def draw(
                 noise: NoiseDistribution = noise,
                 shape: tuple[int, int, int] = shape,
@@ -63,14 +67,18 @@ def _noise_rows(device: str, quick: bool) -> list[dict[str, Any]]:
 
             times[label] = time_per_call(draw, repeat=3 if quick else 7)
         n = shape[0] * shape[1] * shape[2]
-        rows.append({
-            "suite": "noise", "device": device, "shape": "x".join(map(str, shape)),
-            "gumbel_ns_per_entry": times["Gumbel"] / n * 1e9,
-            "sog_ns_per_entry": times["SoG table"] / n * 1e9,
-            "sog_exact_ns_per_entry": times["SoG exact"] / n * 1e9,
-            "sog/gumbel": times["SoG table"] / times["Gumbel"],
-            "sog_exact/gumbel": times["SoG exact"] / times["Gumbel"],
-        })
+        rows.append(
+            {
+                "suite": "noise",
+                "device": device,
+                "shape": "x".join(map(str, shape)),
+                "gumbel_ns_per_entry": times["Gumbel"] / n * 1e9,
+                "sog_ns_per_entry": times["SoG table"] / n * 1e9,
+                "sog_exact_ns_per_entry": times["SoG exact"] / n * 1e9,
+                "sog/gumbel": times["SoG table"] / times["Gumbel"],
+                "sog_exact/gumbel": times["SoG exact"] / times["Gumbel"],
+            }
+        )
     return rows
 
 
@@ -89,6 +97,7 @@ def _row(
 
     flat = (theta.unsqueeze(1) + torch.randn(batch, samples, m, generator=gen)).reshape(-1, m)
     if hasattr(oracle, "solve_torch"):
+
         def raw() -> None:
             oracle.solve_torch(flat)  # type: ignore[attr-defined]
             oracle.solve_torch(flat)  # type: ignore[attr-defined]

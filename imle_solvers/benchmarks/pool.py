@@ -101,8 +101,9 @@ class _Recorder:
         return self.pool.solve_batch(oracle, weights)
 
 
-def _backend_rows(part: str, oracle: MapOracle, weights: np.ndarray, pools: dict[str, SolverPool],
-                  rounds: int, goal: float) -> list[dict[str, Any]]:
+def _backend_rows(
+    part: str, oracle: MapOracle, weights: np.ndarray, pools: dict[str, SolverPool], rounds: int, goal: float
+) -> list[dict[str, Any]]:
     fns: dict[str, Callable[[], Any]] = {"bare oracle.solve_batch": lambda: oracle.solve_batch(weights)}
     rows: list[dict[str, Any]] = []
     reference = oracle.solve_batch(weights)
@@ -111,9 +112,19 @@ def _backend_rows(part: str, oracle: MapOracle, weights: np.ndarray, pools: dict
             if not np.array_equal(pool.solve_batch(oracle, weights), reference):
                 raise AssertionError("states differ from oracle.solve_batch")
         except Exception as exc:  # reported as a row, not hidden: e.g. an oracle that is not thread-safe
-            rows.append({"part": part, "variant": name, "rows": weights.shape[0], "ms": None,
-                         "per_row_ms": None, "vs_serial": None,
-                         "plan": f"error: {type(exc).__name__}: {str(exc)[:60]}", "goal": "", "met": ""})
+            rows.append(
+                {
+                    "part": part,
+                    "variant": name,
+                    "rows": weights.shape[0],
+                    "ms": None,
+                    "per_row_ms": None,
+                    "vs_serial": None,
+                    "plan": f"error: {type(exc).__name__}: {str(exc)[:60]}",
+                    "goal": "",
+                    "met": "",
+                }
+            )
             pools = {k: v for k, v in pools.items() if k != name}
             continue
         fns[name] = (lambda p: lambda: p.solve_batch(oracle, weights))(pool)
@@ -129,9 +140,15 @@ def _backend_rows(part: str, oracle: MapOracle, weights: np.ndarray, pools: dict
     for name, sec in medians.items():
         speedup = base / sec
         row: dict[str, Any] = {
-            "part": part, "variant": name, "rows": weights.shape[0], "ms": sec * 1e3,
-            "per_row_ms": sec * 1e3 / weights.shape[0], "vs_serial": speedup, "plan": plans.get(name, "-"),
-            "goal": "", "met": "",
+            "part": part,
+            "variant": name,
+            "rows": weights.shape[0],
+            "ms": sec * 1e3,
+            "per_row_ms": sec * 1e3 / weights.shape[0],
+            "vs_serial": speedup,
+            "plan": plans.get(name, "-"),
+            "goal": "",
+            "met": "",
         }
         if name == "process×2":
             row["goal"] = f"≥ {goal}× serial"
@@ -140,8 +157,9 @@ def _backend_rows(part: str, oracle: MapOracle, weights: np.ndarray, pools: dict
     return rows
 
 
-def _layer_rows(part: str, oracle: MapOracle, pool: SolverPool, label: str, rounds: int,
-                noise: NoiseDistribution) -> list[dict[str, Any]]:
+def _layer_rows(
+    part: str, oracle: MapOracle, pool: SolverPool, label: str, rounds: int, noise: NoiseDistribution
+) -> list[dict[str, Any]]:
     gen = torch.Generator().manual_seed(0)
     m = oracle.n_vars
     weights = torch.from_numpy(_weights(oracle, BATCH, seed=7))  # oracle-sense weights   [B, m]
@@ -155,24 +173,34 @@ def _layer_rows(part: str, oracle: MapOracle, pool: SolverPool, label: str, roun
 
     step()
     fwd, bwd = recorder.batches[-2:]  # the two batches of one step   [B·S, m] each
-    medians = _round_robin({
-        "step": step,
-        "bare": lambda: (oracle.solve_batch(fwd), oracle.solve_batch(bwd)),
-        "pool": lambda: (pool.solve_batch(oracle, fwd), pool.solve_batch(oracle, bwd)),
-    }, rounds)
+    medians = _round_robin(
+        {
+            "step": step,
+            "bare": lambda: (oracle.solve_batch(fwd), oracle.solve_batch(bwd)),
+            "pool": lambda: (pool.solve_batch(oracle, fwd), pool.solve_batch(oracle, bwd)),
+        },
+        rounds,
+    )
     # serial pool: layer + pool against the bare solves; a parallel pool: the layer against that pool's
     # own two calls (what the step adds on top of solving its rows)
     reference = medians["bare"] if pool.backend == "serial" else medians["pool"]
     over = medians["step"] / reference - 1.0
     what = "bare solves" if pool.backend == "serial" else "pool solves"
-    return [{
-        "part": part, "variant": f"I-MLE step, {label}, {type(noise).__name__} (2 × {BATCH * SAMPLES} rows)",
-        "rows": 2 * BATCH * SAMPLES, "ms": medians["step"] * 1e3,
-        "per_row_ms": medians["step"] * 1e3 / (2 * BATCH * SAMPLES),
-        "vs_serial": medians["bare"] / medians["step"],
-        "plan": f"bare {medians['bare'] * 1e3:.1f} ms, pool {medians['pool'] * 1e3:.1f} ms: step +{over:.1%}",
-        "goal": f"step ≤ 1.10× {what}", "met": "yes" if over <= 0.10 else "no",
-    }]
+    return [
+        {
+            "part": part,
+            "variant": f"I-MLE step, {label}, {type(noise).__name__} (2 × {BATCH * SAMPLES} rows)",
+            "rows": 2 * BATCH * SAMPLES,
+            "ms": medians["step"] * 1e3,
+            "per_row_ms": medians["step"] * 1e3 / (2 * BATCH * SAMPLES),
+            "vs_serial": medians["bare"] / medians["step"],
+            "plan": (
+                f"bare {medians['bare'] * 1e3:.1f} ms, pool {medians['pool'] * 1e3:.1f} ms: step +{over:.1%}"
+            ),
+            "goal": f"step ≤ 1.10× {what}",
+            "met": "yes" if over <= 0.10 else "no",
+        }
+    ]
 
 
 def _cpu_rows(part: str, oracle: MapOracle, weights: np.ndarray, forced: SolverPool) -> list[dict[str, Any]]:
@@ -203,13 +231,22 @@ def _cpu_rows(part: str, oracle: MapOracle, weights: np.ndarray, forced: SolverP
     wall = time.perf_counter() - t0
     used = [cpu(w) - b for w, b in zip(workers, before)]
     projected = serial_cpu / max(max(used), 1e-9)
-    return [{
-        "part": part, "variant": "CPU time: serial vs process×2 (fallback=False)", "rows": weights.shape[0],
-        "ms": None, "per_row_ms": None, "vs_serial": None,
-        "plan": (f"serial {serial_cpu:.2f} s CPU on {serial_cpu / serial_wall:.2f} cores; workers "
-                 f"{' + '.join(f'{u:.2f}' for u in used)} s CPU on {sum(used) / wall:.2f} cores"),
-        "goal": f"projected on 2 free cores: {projected:.2f}×", "met": "",
-    }]
+    return [
+        {
+            "part": part,
+            "variant": "CPU time: serial vs process×2 (fallback=False)",
+            "rows": weights.shape[0],
+            "ms": None,
+            "per_row_ms": None,
+            "vs_serial": None,
+            "plan": (
+                f"serial {serial_cpu:.2f} s CPU on {serial_cpu / serial_wall:.2f} cores; workers "
+                f"{' + '.join(f'{u:.2f}' for u in used)} s CPU on {sum(used) / wall:.2f} cores"
+            ),
+            "goal": f"projected on 2 free cores: {projected:.2f}×",
+            "met": "",
+        }
+    ]
 
 
 def _overhead_rows(forced: SolverPool, rounds: int) -> list[dict[str, Any]]:
@@ -223,10 +260,19 @@ def _overhead_rows(forced: SolverPool, rounds: int) -> list[dict[str, Any]]:
             sec = _round_robin({"noop": lambda: forced.solve_batch(oracle, weights)}, rounds)["noop"]
         finally:
             forced.chunksize = None
-        rows.append({"part": "overhead", "variant": f"process×2, no-op oracle, {chunks} chunks",
-                     "rows": weights.shape[0], "ms": sec * 1e3, "per_row_ms": sec * 1e3 / weights.shape[0],
-                     "vs_serial": None, "plan": f"{2 * weights.nbytes / 1e6:.2f} MB through the pipes",
-                     "goal": "", "met": ""})
+        rows.append(
+            {
+                "part": "overhead",
+                "variant": f"process×2, no-op oracle, {chunks} chunks",
+                "rows": weights.shape[0],
+                "ms": sec * 1e3,
+                "per_row_ms": sec * 1e3 / weights.shape[0],
+                "vs_serial": None,
+                "plan": f"{2 * weights.nbytes / 1e6:.2f} MB through the pipes",
+                "goal": "",
+                "met": "",
+            }
+        )
     return rows
 
 
@@ -245,12 +291,20 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 def _run(quick: bool) -> list[dict[str, Any]]:
     slow, fast = (2, 5) if quick else (4, 40)  # rounds for ~2 s calls and for ~40 ms calls
     rows: list[dict[str, Any]] = []
-    with SolverPool(2, "thread") as thread2, SolverPool(2, "process") as proc2, \
-            SolverPool(2, "process", fallback=False) as forced2, SolverPool(backend="serial") as serial:
+    with (
+        SolverPool(2, "thread") as thread2,
+        SolverPool(2, "process") as proc2,
+        SolverPool(2, "process", fallback=False) as forced2,
+        SolverPool(backend="serial") as serial,
+    ):
         proc2.start()
         forced2.start()
-        pools = {"serial pool": serial, "thread×2": thread2, "process×2": proc2,
-                 "process×2, fallback=False": forced2}
+        pools = {
+            "serial pool": serial,
+            "thread×2": thread2,
+            "process×2": proc2,
+            "process×2, fallback=False": forced2,
+        }
         ilp = ilp_instance()
         ilp_rows = (16 if quick else BATCH) * SAMPLES
         rows += _backend_rows("ilp", ilp, _weights(ilp, ilp_rows, seed=1), pools, slow, 1.8)

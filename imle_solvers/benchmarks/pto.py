@@ -60,13 +60,21 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     kappa = train.oracle.expected_nonzeros
     configs: list[tuple[str, str, dict[str, Any], MapOracle | None]] = [
         ("I-MLE, SumOfGamma, S=10, DAGShortestPath", "imle", {"samples": 10}, None),
-        ("I-MLE, SumOfGamma exact (Gamma draws), S=10, DAGShortestPath", "imle",
-         {"samples": 10, "noise": SumOfGamma(k=kappa, exact=True)}, None),
+        (
+            "I-MLE, SumOfGamma exact (Gamma draws), S=10, DAGShortestPath",
+            "imle",
+            {"samples": 10, "noise": SumOfGamma(k=kappa, exact=True)},
+            None,
+        ),
         ("I-MLE, Gumbel, S=10, DAGShortestPath", "imle", {"samples": 10, "noise": Gumbel()}, None),
         ("I-MLE PID λ=10, SumOfGamma, S=10, DAGShortestPath", "imle-pid", {"samples": 10}, None),
         ("I-MLE μ-μ, SumOfGamma, S=10, DAGShortestPath", "imle-mumu", {"samples": 10}, None),
-        ("I-MLE, SumOfGamma, S=10, graphs.ShortestPath (host)", "imle", {"samples": 10},
-         _HostShortestPath(train.oracle)),
+        (
+            "I-MLE, SumOfGamma, S=10, graphs.ShortestPath (host)",
+            "imle",
+            {"samples": 10},
+            _HostShortestPath(train.oracle),
+        ),
         ("SPO+", "spo+", {}, None),
         ("two-stage", "two-stage", {}, None),
     ]
@@ -74,8 +82,17 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for _ in range(1 if quick else 3):
         for label, method, options, oracle in configs:
             torch.manual_seed(0)
-            out = train_model(linear_model(5, 40), method, train, test, epochs=2, seed=0,
-                              train_oracle=oracle, method_options=options, show_progress=False)
+            out = train_model(
+                linear_model(5, 40),
+                method,
+                train,
+                test,
+                epochs=2,
+                seed=0,
+                train_oracle=oracle,
+                method_options=options,
+                show_progress=False,
+            )
             times[label].extend(out["epoch_times"])
     rows = []
     for label, method, *_ in configs:

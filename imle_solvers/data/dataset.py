@@ -92,10 +92,7 @@ class PTODataset(Dataset):  # type: ignore[type-arg]
         return parts[0], parts[1]
 
     def __repr__(self) -> str:
-        return (
-            f"PTODataset(n={len(self)}, features={tuple(self.features.shape[1:])}, "
-            f"oracle={self.oracle!r})"
-        )
+        return f"PTODataset(n={len(self)}, features={tuple(self.features.shape[1:])}, oracle={self.oracle!r})"
 
 
 def spo_costs(x: np.ndarray, basis: np.ndarray, deg: int, eps: np.ndarray) -> np.ndarray:

@@ -75,9 +75,18 @@ def knapsack(
         from ..ilp import ILP
 
         oracle = ILP(num_items, A_ub=weights, b_ub=caps, sense="max", backend=backend)  # type: ignore[arg-type]
-    info = {"problem": "knapsack", "num_items": num_items, "dim": dim, "capacity": caps.tolist(),
-            "num_features": num_features, "deg": deg, "noise_width": noise_width, "seed": seed,
-            "item_weights": weights.tolist(), "basis": basis.tolist()}
+    info = {
+        "problem": "knapsack",
+        "num_items": num_items,
+        "dim": dim,
+        "capacity": caps.tolist(),
+        "num_features": num_features,
+        "deg": deg,
+        "noise_width": noise_width,
+        "seed": seed,
+        "item_weights": weights.tolist(),
+        "basis": basis.tolist(),
+    }
     data = PTODataset(torch.from_numpy(x).float(), torch.from_numpy(values).float(), oracle, info=info)
     if oracle.expected_nonzeros is None and num_samples > 0:
         # SumOfGamma's κ (Theorem 1): the empirical mean number of chosen items, as the paper takes the

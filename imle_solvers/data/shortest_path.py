@@ -67,11 +67,16 @@ def shortest_path(
     x = rnd.normal(0.0, 1.0, (num_samples, num_features))  # x ~ N(0, I)   [n, p]
     eps = rnd.uniform(1.0 - noise_width, 1.0 + noise_width, (num_samples, d))  # ε   [n, d]
     costs = spo_costs(x, basis, deg, eps)  # [n, d]
-    info = {"problem": "shortest-path", "grid": [rows, cols], "num_features": num_features, "deg": deg,
-            "noise_width": noise_width, "seed": seed, "basis": basis.tolist()}
-    return PTODataset(
-        torch.from_numpy(x).float(), torch.from_numpy(costs).float(), oracle, info=info
-    )
+    info = {
+        "problem": "shortest-path",
+        "grid": [rows, cols],
+        "num_features": num_features,
+        "deg": deg,
+        "noise_width": noise_width,
+        "seed": seed,
+        "basis": basis.tolist(),
+    }
+    return PTODataset(torch.from_numpy(x).float(), torch.from_numpy(costs).float(), oracle, info=info)
 
 
 def _check(num_samples: int, num_features: int, deg: int, noise_width: float) -> None:

@@ -26,29 +26,34 @@ __all__ = ["TERRAIN_COSTS", "render_terrain", "terrain_maps"]
 TERRAIN_COSTS = np.array([0.8, 1.2, 5.3, 7.7, 9.2])
 
 #: Base colour (RGB in [0, 1]) of each terrain type: grass, earth, forest, water, mountain.
-_COLOURS = np.array([
-    [0.35, 0.65, 0.25],
-    [0.65, 0.50, 0.30],
-    [0.10, 0.40, 0.15],
-    [0.20, 0.35, 0.75],
-    [0.55, 0.55, 0.55],
-])
+_COLOURS = np.array(
+    [
+        [0.35, 0.65, 0.25],
+        [0.65, 0.50, 0.30],
+        [0.10, 0.40, 0.15],
+        [0.20, 0.35, 0.75],
+        [0.55, 0.55, 0.55],
+    ]
+)
 
 
 def _textures(pixels: int) -> np.ndarray:
     """One ``P × P`` texture in [−1, 1] per type: flat, stripes, checks, waves, dots."""
     i, j = np.meshgrid(np.arange(pixels), np.arange(pixels), indexing="ij")
-    return np.stack([
-        np.zeros((pixels, pixels)),  # grass: noise only
-        np.where((i // 2) % 2 == 0, 1.0, -1.0),  # earth: horizontal stripes
-        np.where(((i // 2) + (j // 2)) % 2 == 0, 1.0, -1.0),  # forest: checks
-        np.sin(2 * np.pi * (i + j) / pixels * 2),  # water: diagonal waves
-        np.where((i % 4 == 1) & (j % 4 == 1), 1.0, -0.3),  # mountain: dots
-    ])  # [T, P, P]
+    return np.stack(
+        [
+            np.zeros((pixels, pixels)),  # grass: noise only
+            np.where((i // 2) % 2 == 0, 1.0, -1.0),  # earth: horizontal stripes
+            np.where(((i // 2) + (j // 2)) % 2 == 0, 1.0, -1.0),  # forest: checks
+            np.sin(2 * np.pi * (i + j) / pixels * 2),  # water: diagonal waves
+            np.where((i % 4 == 1) & (j % 4 == 1), 1.0, -0.3),  # mountain: dots
+        ]
+    )  # [T, P, P]
 
 
-def render_terrain(types: np.ndarray, pixels: int = 8, noise: float = 0.08,
-                   generator: torch.Generator | None = None) -> torch.Tensor:
+def render_terrain(
+    types: np.ndarray, pixels: int = 8, noise: float = 0.08, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """RGB images ``(n, 3, K·P, K·P)``, float32 in [0, 1], of ``(n, K, K)`` terrain types (colour +
     texture + Gaussian pixel noise of standard deviation ``noise`` drawn from ``generator``)."""
     n, k, _ = types.shape
@@ -141,20 +146,29 @@ def terrain_maps(
     from ..adapters.graphs import GridShortestPath
 
     oracle = GridShortestPath(size, size)
-    info = {"problem": "terrain", "size": size, "pixels": pixels, "seed": seed,
-            "terrain_costs": TERRAIN_COSTS.tolist()}
+    info = {
+        "problem": "terrain",
+        "size": size,
+        "pixels": pixels,
+        "seed": seed,
+        "terrain_costs": TERRAIN_COSTS.tolist(),
+    }
     folder = cache_dir() / "terrain" / f"{_CACHE_VERSION}-K{size}-P{pixels}-n{num_samples}-seed{seed}"
     stored = _load(folder) if cache else None
     if stored is not None:
         types, stored_images, solutions = stored
         costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
-        return PTODataset(torch.from_numpy(stored_images), torch.from_numpy(costs).float(), oracle,
-                          solutions=torch.from_numpy(solutions).float(), info={**info, "types": types})
+        return PTODataset(
+            torch.from_numpy(stored_images),
+            torch.from_numpy(costs).float(),
+            oracle,
+            solutions=torch.from_numpy(solutions).float(),
+            info={**info, "types": types},
+        )
     types = _terrain_types(num_samples, size, np.random.RandomState(seed))  # [n, K, K]
     costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
     images = _render_all(types, pixels, seed, as_bytes=image_dtype == torch.uint8)  # [n, 3, K·P, K·P]
-    data = PTODataset(images, torch.from_numpy(costs).float(), oracle,
-                      info={**info, "types": types})
+    data = PTODataset(images, torch.from_numpy(costs).float(), oracle, info={**info, "types": types})
     if cache:
         _store(folder, types.astype(np.uint8), images.numpy(), data.solutions.numpy().astype(np.uint8))
     return data

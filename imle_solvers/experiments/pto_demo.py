@@ -34,16 +34,25 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of `imle-solvers demo`."""
     from ..cli import HelpFormatter
 
-    parser = argparse.ArgumentParser(prog="imle-solvers demo", description=__doc__,
-                                     formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="imle-solvers demo", description=__doc__, formatter_class=HelpFormatter
+    )
     parser.add_argument("--epochs", type=int, default=10, help="training epochs of each method")
-    parser.add_argument("--deg", type=int, default=4,
-                        help="polynomial degree of the cost model (higher: a linear model fits worse)")
+    parser.add_argument(
+        "--deg",
+        type=int,
+        default=4,
+        help="polynomial degree of the cost model (higher: a linear model fits worse)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data and of the initial model")
     parser.add_argument("--n-train", type=int, default=1000, help="training instances")
     parser.add_argument("--n-test", type=int, default=1000, help="test instances")
-    parser.add_argument("--out", default=os.path.join("runs", "demo"), metavar="DIR",
-                        help="directory for curves.png (the learning curves)")
+    parser.add_argument(
+        "--out",
+        default=os.path.join("runs", "demo"),
+        metavar="DIR",
+        help="directory for curves.png (the learning curves)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser
 
@@ -60,10 +69,18 @@ def main(argv: Sequence[str] = ()) -> int:
         f"deg {args.deg}, {args.epochs} epochs\n",
         flush=True,
     )
-    results = run(TrainConfig(
-        problem="shortest-path", methods=METHODS, seeds=(args.seed,), epochs=args.epochs,
-        n_train=args.n_train, n_test=args.n_test, deg=args.deg, show_progress=not args.quiet,
-    ))
+    results = run(
+        TrainConfig(
+            problem="shortest-path",
+            methods=METHODS,
+            seeds=(args.seed,),
+            epochs=args.epochs,
+            n_train=args.n_train,
+            n_test=args.n_test,
+            deg=args.deg,
+            show_progress=not args.quiet,
+        )
+    )
     rows = [
         {
             "method": r["method"],

@@ -125,8 +125,14 @@ def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
         oracle = PyEPOOracle(optdataset.model)
     costs = _tensor(optdataset.costs)
     if costs.dim() != 2 or costs.shape[1] != oracle.n_vars:
-        raise ValueError(f"the data set has costs of shape {tuple(costs.shape)}, "
-                         f"but the oracle has n_vars={oracle.n_vars}")
+        raise ValueError(
+            f"the data set has costs of shape {tuple(costs.shape)}, but the oracle has n_vars={oracle.n_vars}"
+        )
     info = {"source": "pyepo", "model": type(optdataset.model).__name__}
-    return PTODataset(_tensor(optdataset.feats), costs, oracle,
-                      solutions=_tensor(optdataset.sols).reshape(costs.shape), info=info)
+    return PTODataset(
+        _tensor(optdataset.feats),
+        costs,
+        oracle,
+        solutions=_tensor(optdataset.sols).reshape(costs.shape),
+        info=info,
+    )

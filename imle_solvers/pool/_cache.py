@@ -52,8 +52,14 @@ class SolutionCache(MapOracle):
         Rows answered from the cache and rows sent to the solver.
     """
 
-    def __init__(self, oracle: MapOracle, p: float = 0.5, max_size: int = 2048, seed: int | None = None,
-                 pool: BatchSolver | None = None) -> None:
+    def __init__(
+        self,
+        oracle: MapOracle,
+        p: float = 0.5,
+        max_size: int = 2048,
+        seed: int | None = None,
+        pool: BatchSolver | None = None,
+    ) -> None:
         check_oracle(oracle)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"p must be in [0, 1], got {p}")
@@ -158,8 +164,11 @@ class SolutionCache(MapOracle):
         if rows.size:
             solver = pool if pool is not None else self.pool
             try:
-                z = solver.solve_batch(self.oracle, w[rows]) if solver is not None \
+                z = (
+                    solver.solve_batch(self.oracle, w[rows])
+                    if solver is not None
                     else self.oracle.solve_batch(w[rows])
+                )
             except Exception as exc:
                 local = getattr(exc, "rows", None)
                 if local:  # rows of the sub-batch → rows of this batch

@@ -45,8 +45,9 @@ class DaskRunner:
         How many times a call whose oracle copy was lost with a dead worker is sent again.
     """
 
-    def __init__(self, workers: int | None, client: Any = None, address: str | None = None,
-                 retries: int = 1) -> None:
+    def __init__(
+        self, workers: int | None, client: Any = None, address: str | None = None, retries: int = 1
+    ) -> None:
         self._workers = workers
         self.retries = retries
         self._address = address
@@ -67,7 +68,9 @@ class DaskRunner:
                 self._client = distributed.Client(self._address)
             else:
                 self._cluster = distributed.LocalCluster(
-                    n_workers=self._workers or 2, threads_per_worker=1, processes=True,
+                    n_workers=self._workers or 2,
+                    threads_per_worker=1,
+                    processes=True,
                     dashboard_address=None,
                     env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
                 )
@@ -117,8 +120,9 @@ class DaskRunner:
                 time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-            deadline: Deadline) -> RunResult:
+    def run(
+        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+    ) -> RunResult:
         """Solve ``weights`` in chunks; returns the states and what was measured.
 
         A call whose tasks were cancelled because a worker died with the oracle's copy ("lost
@@ -131,8 +135,14 @@ class DaskRunner:
                 self.client.wait_for_workers(1, timeout=60)  # workers restart after a crash
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _run_once(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-                  deadline: Deadline, retry: bool) -> RunResult:
+    def _run_once(
+        self,
+        entry: Entry,
+        weights: np.ndarray,
+        bounds: list[tuple[int, int]],
+        deadline: Deadline,
+        retry: bool,
+    ) -> RunResult:
         client = self.client
         distributed = self._distributed
         if entry.dask_future is not None and entry.dask_future.status != "finished":
@@ -142,8 +152,7 @@ class DaskRunner:
             entry.dask_future = self._scatter(entry.ref())
         t0 = time.perf_counter()
         futures = [
-            client.submit(dask_solve_chunk, entry.dask_future, weights[a:b], a, pure=False)
-            for a, b in bounds
+            client.submit(dask_solve_chunk, entry.dask_future, weights[a:b], a, pure=False) for a, b in bounds
         ]
         crashed = (concurrent.futures.CancelledError, distributed.KilledWorker)
         try:
@@ -180,13 +189,19 @@ class DaskRunner:
             raise WorkerCrashedError(
                 f"a dask worker died (or the tasks were cancelled) while solving these rows "
                 f"({type(exc).__name__}: {why}); the oracle is sent again on the next call",
-                rows=lost) from None
+                rows=lost,
+            ) from None
         except BaseException:
             client.cancel(futures)
             raise
         solve_s = float(sum(seconds))
-        return RunResult(states=out, solve_s=solve_s, slowest_s=solve_s / min(self.n_workers(), len(bounds)),
-                         wall_s=time.perf_counter() - t0, first_use=first_use)
+        return RunResult(
+            states=out,
+            solve_s=solve_s,
+            slowest_s=solve_s / min(self.n_workers(), len(bounds)),
+            wall_s=time.perf_counter() - t0,
+            first_use=first_use,
+        )
 
     def close(self) -> None:
         """Close the client and cluster this runner opened (a client passed in is left open)."""

@@ -101,8 +101,9 @@ def ema(old: float | None, new: float) -> float:
     return new if old is None else (1 - EMA) * old + EMA * new
 
 
-def chunk_bounds(rows: int, row_s: float | None, workers: int, offset: int = 0,
-                 chunksize: int | None = None) -> list[tuple[int, int]]:
+def chunk_bounds(
+    rows: int, row_s: float | None, workers: int, offset: int = 0, chunksize: int | None = None
+) -> list[tuple[int, int]]:
     """Row ranges ``[(a, b), …]``: ``chunksize`` if given, else ``W … 4W`` chunks of ≥ ~20 ms of solving.
 
     One chunk per worker minimises round trips (each costs a wake-up on both sides, milliseconds on
@@ -117,9 +118,20 @@ def chunk_bounds(rows: int, row_s: float | None, workers: int, offset: int = 0,
     return [(offset + a, offset + min(a + size, rows)) for a in range(0, rows, size)]
 
 
-def decide(entry: Entry, *, backend: str, rows: int, row_bytes: int, serial_row: float, row_s: float,
-           workers: int, overhead_s: float, min_parallel_seconds: float, min_speedup: float,
-           chunksize: int | None) -> Decision:
+def decide(
+    entry: Entry,
+    *,
+    backend: str,
+    rows: int,
+    row_bytes: int,
+    serial_row: float,
+    row_s: float,
+    workers: int,
+    overhead_s: float,
+    min_parallel_seconds: float,
+    min_speedup: float,
+    chunksize: int | None,
+) -> Decision:
     """In-process ``rows · t_serial`` against the parallel time; updates ``entry``'s re-measuring streak.
 
     The parallel time is the measured wall time per row of earlier parallel calls when there are
@@ -133,13 +145,19 @@ def decide(entry: Entry, *, backend: str, rows: int, row_bytes: int, serial_row:
     if entry.parallel_row_s is not None:  # measured beats modelled: whole parallel calls, wall time
         est_parallel = rows * entry.parallel_row_s
     if workers < 2 and backend != "dask":
-        return Decision(mode="in-process", reason="one worker cannot beat the caller",
-                        est_serial_s=est_serial, est_parallel_s=est_parallel)
+        return Decision(
+            mode="in-process",
+            reason="one worker cannot beat the caller",
+            est_serial_s=est_serial,
+            est_parallel_s=est_parallel,
+        )
     if est_serial < min_parallel_seconds:
-        reason = (f"predicted {est_serial * 1e3:.2f} ms < min_parallel_seconds="
-                  f"{min_parallel_seconds * 1e3:.1f} ms")
-        return Decision(mode="in-process", reason=reason, est_serial_s=est_serial,
-                        est_parallel_s=est_parallel)
+        reason = (
+            f"predicted {est_serial * 1e3:.2f} ms < min_parallel_seconds={min_parallel_seconds * 1e3:.1f} ms"
+        )
+        return Decision(
+            mode="in-process", reason=reason, est_serial_s=est_serial, est_parallel_s=est_parallel
+        )
     speedup = est_serial / est_parallel
     if speedup >= min_speedup:
         mode, reason = "parallel", f"predicted speed-up {speedup:.2f}×"

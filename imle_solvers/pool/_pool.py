@@ -157,7 +157,8 @@ class SolverPool:
                 f"backend='process' cannot start worker processes inside the daemonic process "
                 f"{multiprocessing.current_process().name!r} (a pool worker, a DataLoader worker…: "
                 "daemonic processes may not have children); use SolverPool(backend='thread') or "
-                "backend='serial' there")
+                "backend='serial' there"
+            )
         self.backend: str = backend
         self.workers = int(workers) if workers is not None else _default_workers()
         self.timeout = timeout
@@ -186,8 +187,9 @@ class SolverPool:
     def __enter__(self) -> SolverPool:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -224,8 +226,10 @@ class SolverPool:
         running = runner is not None and runner.active()
         state = "closed" if self._closed else "running" if running else "idle"
         extra = f", timeout={self.timeout}" if self.timeout is not None else ""
-        return (f"SolverPool(backend={self.backend!r}, workers={self.workers}{extra}, {state}, "
-                f"calls={self._counts['calls']})")
+        return (
+            f"SolverPool(backend={self.backend!r}, workers={self.workers}{extra}, {state}, "
+            f"calls={self._counts['calls']})"
+        )
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -237,8 +241,12 @@ class SolverPool:
             **counters,
             "overhead_s": self.overhead_s,
             "oracles": [
-                {"oracle": e.name, "serial_row_s": e.serial_row_s, "worker_row_s": e.worker_row_s,
-                 "parallel_row_s": e.parallel_row_s}
+                {
+                    "oracle": e.name,
+                    "serial_row_s": e.serial_row_s,
+                    "worker_row_s": e.worker_row_s,
+                    "parallel_row_s": e.parallel_row_s,
+                }
                 for e in self._entries.values()
             ],
         }
@@ -254,8 +262,13 @@ class SolverPool:
             if self.backend == "process":
                 from ._process import ProcessFleet
 
-                runner = ProcessFleet(self.workers, self.start_method, self.worker_threads,
-                                      self.max_cached_oracles, retries=self.retries)
+                runner = ProcessFleet(
+                    self.workers,
+                    self.start_method,
+                    self.worker_threads,
+                    self.max_cached_oracles,
+                    retries=self.retries,
+                )
             elif self.backend == "thread":
                 from ._thread import ThreadRunner
 
@@ -263,8 +276,9 @@ class SolverPool:
             elif self.backend == "dask":
                 from ._dask import DaskRunner
 
-                runner = DaskRunner(self.workers, client=self._client, address=self.dask_address,
-                                    retries=self.retries)
+                runner = DaskRunner(
+                    self.workers, client=self._client, address=self.dask_address, retries=self.retries
+                )
             else:  # pragma: no cover - guarded by the callers
                 raise RuntimeError("the serial backend has no runner")
             self._holder[0] = runner
@@ -284,9 +298,11 @@ class SolverPool:
         key, entries = id(oracle), self._entries  # the callback must not hold the pool alive
         try:
             ref: Callable[[], MapOracle | None] = weakref.ref(
-                oracle, lambda _r, entries=entries, key=key: entries.pop(key, None))  # type: ignore[misc]
+                oracle,
+                lambda _r, entries=entries, key=key: entries.pop(key, None),  # type: ignore[misc]
+            )
         except TypeError:  # not weak-referenceable: keep it alive while the pool knows it
-            ref = (lambda o: (lambda: o))(oracle)
+            ref = (lambda o: lambda: o)(oracle)
         self._next_token += 1
         entry = Entry(self._next_token, ref, type(oracle).__name__)
         self._runner().prepare(entry, oracle)  # the process backend pickles here: failure is immediate
@@ -333,16 +349,31 @@ class SolverPool:
 
         def finish(mode: str, decision: Decision, **kw: Any) -> None:
             self._counts["in_process_calls" if mode == "in-process" else "parallel_calls"] += 1
-            self.last_plan = PoolPlan(backend=self.backend, mode=mode, rows=n, workers=workers,
-                                      reason=decision.reason, est_serial_s=decision.est_serial_s,
-                                      est_parallel_s=decision.est_parallel_s,
-                                      wall_s=time.perf_counter() - t0, **kw)
+            self.last_plan = PoolPlan(
+                backend=self.backend,
+                mode=mode,
+                rows=n,
+                workers=workers,
+                reason=decision.reason,
+                est_serial_s=decision.est_serial_s,
+                est_parallel_s=decision.est_parallel_s,
+                wall_s=time.perf_counter() - t0,
+                **kw,
+            )
 
         if n == 0 or isinstance(oracle, TorchOracle) or self.backend == "serial":
-            reason = ("empty batch" if n == 0 else "TorchOracle: solved in the caller (layers keep it on "
-                      "its device)" if isinstance(oracle, TorchOracle) else "backend='serial'")
-            out = (oracle.solve_batch(weights) if isinstance(oracle, TorchOracle)
-                   else self._in_process(oracle, weights, 0, deadline))
+            reason = (
+                "empty batch"
+                if n == 0
+                else "TorchOracle: solved in the caller (layers keep it on its device)"
+                if isinstance(oracle, TorchOracle)
+                else "backend='serial'"
+            )
+            out = (
+                oracle.solve_batch(weights)
+                if isinstance(oracle, TorchOracle)
+                else self._in_process(oracle, weights, 0, deadline)
+            )
             finish("in-process", Decision(mode="in-process", reason=reason))
             return out
 
@@ -365,10 +396,19 @@ class SolverPool:
         elif row_s is None or serial_row is None:  # pragma: no cover - the probe timed it
             decision = Decision(mode="parallel", reason="not timed yet")
         else:
-            decision = decide(entry, backend=self.backend, rows=rest, row_bytes=weights[0].nbytes,
-                              serial_row=serial_row, row_s=row_s, workers=workers,
-                              overhead_s=self.overhead_s, min_parallel_seconds=self.min_parallel_seconds,
-                              min_speedup=self.min_speedup, chunksize=self.chunksize)
+            decision = decide(
+                entry,
+                backend=self.backend,
+                rows=rest,
+                row_bytes=weights[0].nbytes,
+                serial_row=serial_row,
+                row_s=row_s,
+                workers=workers,
+                overhead_s=self.overhead_s,
+                min_parallel_seconds=self.min_parallel_seconds,
+                min_speedup=self.min_speedup,
+                chunksize=self.chunksize,
+            )
 
         if decision.mode == "in-process":
             if rest:
@@ -390,8 +430,14 @@ class SolverPool:
             entry.parallel_row_s = ema(entry.parallel_row_s, result.wall_s / rest)
         parts.append(result.states[done:])
         out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        finish("parallel", decision, probe_rows=done, chunks=len(bounds),
-               chunksize=max(b - a for a, b in bounds), est_row_s=row_s)
+        finish(
+            "parallel",
+            decision,
+            probe_rows=done,
+            chunks=len(bounds),
+            chunksize=max(b - a for a, b in bounds),
+            est_row_s=row_s,
+        )
         return out
 
     def _may_solve_in_caller(self, oracle: MapOracle) -> tuple[bool, str]:
@@ -402,11 +448,19 @@ class SolverPool:
             return self.fallback, "fallback=False"
         if self.backend == "thread" or getattr(oracle, "in_process_safe", False):
             return True, ""
-        return False, (f"backend={self.backend!r} keeps {type(oracle).__name__} out of the caller "
-                       "(in_process_safe=False; fallback=True allows it)")
+        return False, (
+            f"backend={self.backend!r} keeps {type(oracle).__name__} out of the caller "
+            "(in_process_safe=False; fallback=True allows it)"
+        )
 
-    def _probe(self, oracle: MapOracle, weights: np.ndarray, entry: Entry, parts: list[np.ndarray],
-               deadline: Deadline) -> int:
+    def _probe(
+        self,
+        oracle: MapOracle,
+        weights: np.ndarray,
+        entry: Entry,
+        parts: list[np.ndarray],
+        deadline: Deadline,
+    ) -> int:
         """Solve leading rows in the caller to time a new oracle; returns how many were solved.
 
         Blocks of 2, 4, 8, … rows go through one ``solve_batch``-like call each (an oracle that batches
@@ -418,7 +472,7 @@ class SolverPool:
         while done < n and (done == 0 or (spent < 2e-3 and done < n // 4)):
             k = min(size, n - done)
             t1 = time.perf_counter()
-            parts.append(self._in_process(oracle, weights[done:done + k], done, deadline))
+            parts.append(self._in_process(oracle, weights[done : done + k], done, deadline))
             dt = time.perf_counter() - t1
             spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
         entry.serial_row_s = rate
@@ -426,8 +480,9 @@ class SolverPool:
         self._counts["probe_rows"] += done
         return done
 
-    def _in_process(self, oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline
-                    ) -> np.ndarray:
+    def _in_process(
+        self, oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline
+    ) -> np.ndarray:
         try:
             out, _ = solve_chunk(oracle, weights, start, "in-process", deadline)
         except ChunkError as err:
@@ -436,8 +491,9 @@ class SolverPool:
             return out
         raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
 
-    def _parallel(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-                  deadline: Deadline) -> Any:
+    def _parallel(
+        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+    ) -> Any:
         """Run the chunks on the backend's runner and update the timing model."""
         result = self._runner().run(entry, weights, bounds, deadline)
         rows = sum(b - a for a, b in bounds)

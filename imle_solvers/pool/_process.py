@@ -131,8 +131,15 @@ class ProcessFleet:
         Seconds to wait for workers to import and report ready.
     """
 
-    def __init__(self, size: int, start_method: str = "spawn", threads: int = 1, max_oracles: int = 16,
-                 startup_timeout: float = 120.0, retries: int = 1) -> None:
+    def __init__(
+        self,
+        size: int,
+        start_method: str = "spawn",
+        threads: int = 1,
+        max_oracles: int = 16,
+        startup_timeout: float = 120.0,
+        retries: int = 1,
+    ) -> None:
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
         self.size = size
@@ -183,8 +190,12 @@ class ProcessFleet:
 
     def _spawn(self) -> _Worker:
         parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(target=worker_main, args=(child, self.threads, os.getpid()),
-                                daemon=True, name="imle-solvers-worker")
+        proc = self.ctx.Process(
+            target=worker_main,
+            args=(child, self.threads, os.getpid()),
+            daemon=True,
+            name="imle-solvers-worker",
+        )
         with _child_env(self.threads):
             proc.start()
         child.close()
@@ -228,7 +239,9 @@ class ProcessFleet:
             f"a pool worker died while starting (exit code {code}; its own traceback, if any, is printed "
             "above). A script that creates a process pool at import time needs the "
             "`if __name__ == '__main__':` guard; the main module must import in a fresh interpreter. "
-            "Or use backend='thread'", rows=rows)
+            "Or use backend='thread'",
+            rows=rows,
+        )
 
     def close(self, grace: float = 1.0) -> None:
         """Stop every worker (idempotent)."""
@@ -254,8 +267,9 @@ class ProcessFleet:
         return [w.conn for w in self.workers] + [w.process.sentinel for w in self.workers]
 
     # ------------------------------------------------------------------ messages
-    def _pump(self, ready: list[Any], call_id: int,
-              on_done: Callable[[_Worker, _Chunk, Any], None] | None) -> list[_Worker]:
+    def _pump(
+        self, ready: list[Any], call_id: int, on_done: Callable[[_Worker, _Chunk, Any], None] | None
+    ) -> list[_Worker]:
         """Read every available message; return workers found dead (their ``job`` still set)."""
         dead: list[_Worker] = []
         by_conn = {id(w.conn): w for w in self.workers}
@@ -284,8 +298,13 @@ class ProcessFleet:
                 dead.append(w)
         return dead
 
-    def _handle(self, w: _Worker, msg: tuple[Any, ...], call_id: int,
-                on_done: Callable[[_Worker, _Chunk, Any], None] | None) -> None:
+    def _handle(
+        self,
+        w: _Worker,
+        msg: tuple[Any, ...],
+        call_id: int,
+        on_done: Callable[[_Worker, _Chunk, Any], None] | None,
+    ) -> None:
         kind = msg[0]
         if kind == "ready":
             w.ready, w.pid = True, msg[1]
@@ -308,8 +327,9 @@ class ProcessFleet:
             w.conn.send(("forget", old))
 
     # ------------------------------------------------------------------ one call
-    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-            deadline: Deadline) -> RunResult:
+    def run(
+        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+    ) -> RunResult:
         """Solve ``weights`` (validated, ``(N, m)``) in the given row chunks; rows come back in order.
 
         Raises
@@ -336,7 +356,7 @@ class ProcessFleet:
         def on_done(w: _Worker, chunk: _Chunk, msg: tuple[Any, ...]) -> None:
             nonlocal left
             if msg[0] == "done":
-                out[chunk.start:chunk.stop] = msg[3]
+                out[chunk.start : chunk.stop] = msg[3]
                 w.busy_s += msg[4]
                 left -= 1
             elif msg[0] == "failed":
@@ -349,8 +369,16 @@ class ProcessFleet:
                         chunk = pending.popleft()
                         try:
                             self._send_oracle(w, token, blob)
-                            w.conn.send(("solve", call_id, chunk.chunk_id, token, chunk.start,
-                                         weights[chunk.start:chunk.stop]))
+                            w.conn.send(
+                                (
+                                    "solve",
+                                    call_id,
+                                    chunk.chunk_id,
+                                    token,
+                                    chunk.start,
+                                    weights[chunk.start : chunk.stop],
+                                )
+                            )
                         except OSError:  # it died just now: its sentinel fires below
                             pending.appendleft(chunk)
                             continue
@@ -374,7 +402,8 @@ class ProcessFleet:
                         raise WorkerCrashedError(
                             f"a pool worker died (exit code {code}) while solving these rows"
                             f"{' (after a retry)' if retries else ''}; it has been replaced",
-                            rows=range(lost.start, lost.stop))
+                            rows=range(lost.start, lost.stop),
+                        )
                     pending.appendleft(lost)
         except Exception:
             raise
@@ -382,8 +411,13 @@ class ProcessFleet:
             self.kill_all()
             raise
         busy = [w.busy_s for w in self.workers]
-        return RunResult(states=out, solve_s=float(sum(busy)), slowest_s=max(busy, default=0.0),
-                         wall_s=time.perf_counter() - t0, first_use=self.shipments != shipped)
+        return RunResult(
+            states=out,
+            solve_s=float(sum(busy)),
+            slowest_s=max(busy, default=0.0),
+            wall_s=time.perf_counter() - t0,
+            first_use=self.shipments != shipped,
+        )
 
     def _time_out(self, call_id: int, deadline: Deadline, pending: collections.deque[_Chunk]) -> None:
         stuck = [w for w in self.workers if w.job is not None and w.job[0] == call_id]
@@ -394,7 +428,9 @@ class ProcessFleet:
         self.spawn_missing()  # replacements import in the background
         raise SolverTimeoutError(
             f"pool call exceeded {deadline.describe()}; {len(stuck)} busy worker(s) killed and replaced "
-            f"({len(rows)} rows unfinished)", rows=sorted(rows))
+            f"({len(rows)} rows unfinished)",
+            rows=sorted(rows),
+        )
 
 
 def _rows_of(chunks: Any) -> list[int]:

@@ -80,8 +80,9 @@ class Runner(Protocol):
     def prepare(self, entry: Entry, oracle: object) -> None:
         """Called once per oracle when the pool first sees it (the process backend pickles it here)."""
 
-    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-            deadline: Deadline) -> RunResult:
+    def run(
+        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+    ) -> RunResult:
         """Solve ``weights[a:b]`` for every ``(a, b)`` in ``bounds``; rows come back in order."""
 
     def forget(self, entry: Entry) -> None:

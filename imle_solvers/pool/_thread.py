@@ -30,10 +30,12 @@ class _DaemonThreads:
     """A fixed set of daemon threads taking ``(future, fn, args)`` from one queue."""
 
     def __init__(self, size: int) -> None:
-        self._queue: queue.SimpleQueue[tuple[concurrent.futures.Future[Any], Callable[..., Any],
-                                             tuple[Any, ...]] | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._loop, name=f"imle-solvers-{i}", daemon=True)
-                         for i in range(size)]
+        self._queue: queue.SimpleQueue[
+            tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]] | None
+        ] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"imle-solvers-{i}", daemon=True) for i in range(size)
+        ]
         for t in self._threads:
             t.start()
 
@@ -102,8 +104,9 @@ class ThreadRunner:
             self._executor.shutdown()
             self._executor = None
 
-    def run(self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]],
-            deadline: Deadline) -> RunResult:
+    def run(
+        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+    ) -> RunResult:
         oracle = entry.ref()
         executor = self._pool()
         t0 = time.perf_counter()
@@ -112,8 +115,9 @@ class ThreadRunner:
             for a, b in bounds
         }
         try:
-            done, not_done = concurrent.futures.wait(futures, timeout=deadline.remaining(),
-                                                     return_when=concurrent.futures.FIRST_EXCEPTION)
+            done, not_done = concurrent.futures.wait(
+                futures, timeout=deadline.remaining(), return_when=concurrent.futures.FIRST_EXCEPTION
+            )
         except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are stopped
             for f in futures:
                 f.cancel()
@@ -138,15 +142,21 @@ class ThreadRunner:
             _stop_running_solves()
             self.close()
             raise SolverTimeoutError(
-                f"pool call exceeded {deadline.describe()} ({len(rows)} rows unfinished)", rows=rows)
+                f"pool call exceeded {deadline.describe()} ({len(rows)} rows unfinished)", rows=rows
+            )
         out = np.empty(weights.shape, dtype=np.float64)
         seconds = 0.0
         for f, (a, b) in futures.items():
             states, secs = f.result()
             out[a:b] = states
             seconds += secs
-        return RunResult(states=out, solve_s=seconds, slowest_s=seconds / min(self.size, len(bounds)),
-                         wall_s=time.perf_counter() - t0, first_use=False)
+        return RunResult(
+            states=out,
+            solve_s=seconds,
+            slowest_s=seconds / min(self.size, len(bounds)),
+            wall_s=time.perf_counter() - t0,
+            first_use=False,
+        )
 
 
 def _stop_running_solves() -> None:

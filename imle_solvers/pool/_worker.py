@@ -109,8 +109,13 @@ def _failure(exc: BaseException, rows: tuple[int, ...], where: str) -> ChunkFail
     )
 
 
-def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str = "in-process",
-                deadline: Deadline | None = None) -> tuple[np.ndarray, float]:
+def solve_chunk(
+    oracle: MapOracle,
+    weights: np.ndarray,
+    start: int,
+    where: str = "in-process",
+    deadline: Deadline | None = None,
+) -> tuple[np.ndarray, float]:
     """Solve already-validated rows ``start … start + n − 1`` of a batch.
 
     Parameters
@@ -144,9 +149,10 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
         out = np.empty(weights.shape, dtype=np.float64)  # z_i = MAP(w_i)   [n, m]
         for i in range(n):
             if deadline is not None and deadline.expired():
-                exc = SolverTimeoutError(f"pool call exceeded {deadline.describe()} before these rows were "
-                                         "started",
-                                         rows=range(start + i, start + n))
+                exc = SolverTimeoutError(
+                    f"pool call exceeded {deadline.describe()} before these rows were started",
+                    rows=range(start + i, start + n),
+                )
                 raise ChunkError(_failure(exc, exc.rows, where), exc)
             try:
                 out[i] = oracle.solve(weights[i])
@@ -156,8 +162,10 @@ def solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int, where: str =
         try:
             out = np.asarray(oracle.solve_batch(weights), dtype=np.float64)
             if out.shape != weights.shape:
-                raise ImleSolversError(f"{type(oracle).__name__}.solve_batch returned shape {out.shape} "
-                                       f"for input {weights.shape}")
+                raise ImleSolversError(
+                    f"{type(oracle).__name__}.solve_batch returned shape {out.shape} "
+                    f"for input {weights.shape}"
+                )
         except Exception as exc:
             local = exc.rows if isinstance(exc, ImleSolversError) and exc.rows else range(n)
             raise ChunkError(_failure(exc, tuple(start + int(r) for r in local), where), exc) from None
@@ -341,8 +349,13 @@ def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
             _, call_id, chunk_id, token, start, weights = msg
             oracle = oracles.get(token)
             if isinstance(oracle, ChunkFailure) or oracle is None:
-                failure = oracle if isinstance(oracle, ChunkFailure) else _portable(_failure(
-                    KeyError(f"oracle token {token} unknown to the worker"), (), where))
+                failure = (
+                    oracle
+                    if isinstance(oracle, ChunkFailure)
+                    else _portable(
+                        _failure(KeyError(f"oracle token {token} unknown to the worker"), (), where)
+                    )
+                )
                 rows = tuple(range(start, start + weights.shape[0]))
                 conn.send(("failed", call_id, chunk_id, dataclasses.replace(failure, rows=rows)))
                 continue

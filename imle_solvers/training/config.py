@@ -245,13 +245,18 @@ class TrainConfig:
                     raise ValueError(f"{name}: every value {exc}") from None
         object.__setattr__(self, "methods", tuple(self.methods))
         choices: dict[str, Sequence[Any]] = {
-            "problem": tuple(PROBLEMS), "schedule": tuple(SCHEDULES), "noise": ("sog", "gumbel"),
-            "oracle": ORACLES, "bb_loss": ("regret", "hamming", None), "model": (*MODELS, None),
+            "problem": tuple(PROBLEMS),
+            "schedule": tuple(SCHEDULES),
+            "noise": ("sog", "gumbel"),
+            "oracle": ORACLES,
+            "bb_loss": ("regret", "hamming", None),
+            "model": (*MODELS, None),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}; "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"{name} must be one of {', '.join(map(str, allowed))}; got {getattr(self, name)!r}"
+                )
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)} or 'all'")

@@ -44,6 +44,7 @@ from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTar
 
 __all__ = ["FACTORIES", "METHODS", "Batch", "Method", "build_method", "decision_loss", "scale_grad"]
 
+
 class Batch(NamedTuple):
     """One mini-batch of a predict-then-optimize data set."""
 
@@ -104,7 +105,10 @@ class Method:
 
 
 def imle(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss."""
@@ -113,8 +117,12 @@ def imle(
 
 
 def imle_pid(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
-    noise: NoiseDistribution | None = None, lam: float = 10.0,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
+    noise: NoiseDistribution | None = None,
+    lam: float = 10.0,
 ) -> Method:
     """I-MLE, the paper's fixed-λ PID target (eq. 8, λ=10), SumOfGamma, S=10, regret loss."""
     layer = IMLE(oracle, _noise(noise), PerturbedTarget(lam), samples=samples, pool=pool)
@@ -122,7 +130,10 @@ def imle_pid(
 
 
 def imle_mumu(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10."""
@@ -137,7 +148,10 @@ def imle_mm(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
 
 
 def aimle(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """AI-MLE: the published adaptive target (Minervini et al. 2023), S=10, regret loss."""
@@ -146,7 +160,11 @@ def aimle(
 
 
 def dbb(
-    oracle: MapOracle, *, pool: BatchSolver | None = None, bb_lam: float = 20.0, bb_loss: str = "regret",
+    oracle: MapOracle,
+    *,
+    pool: BatchSolver | None = None,
+    bb_lam: float = 20.0,
+    bb_loss: str = "regret",
 ) -> Method:
     """Blackbox (DBB), λ=20, regret loss (Hamming on terrain)."""
     if bb_loss not in ("regret", "hamming"):
@@ -156,7 +174,11 @@ def dbb(
 
 
 def dpo(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None, sigma: float = 1.0,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
+    sigma: float = 1.0,
     dpo_samples: int | None = None,
 ) -> Method:
     """PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*."""
@@ -170,7 +192,11 @@ def dpo(
 
 
 def pfyl(
-    oracle: MapOracle, *, samples: int = 10, pool: BatchSolver | None = None, sigma: float = 1.0,
+    oracle: MapOracle,
+    *,
+    samples: int = 10,
+    pool: BatchSolver | None = None,
+    sigma: float = 1.0,
     dpo_samples: int | None = None,
 ) -> Method:
     """Perturbed Fenchel-Young loss, σ=1, S=10."""

@@ -23,14 +23,32 @@ PROBLEMS: dict[str, str] = {
     "terrain": "K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths",
 }
 
-_PYEPO = {"lr": 1e-2, "batch_size": 32, "epochs": 10, "samples": 10, "n_train": 1000, "n_test": 1000,
-          "model": "linear", "eval_batch": 1000}
+_PYEPO = {
+    "lr": 1e-2,
+    "batch_size": 32,
+    "epochs": 10,
+    "samples": 10,
+    "n_train": 1000,
+    "n_test": 1000,
+    "model": "linear",
+    "eval_batch": 1000,
+}
 #: problem → default options (`TrainConfig` fields left ``None`` take these)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "shortest-path": dict(_PYEPO),
     "knapsack": dict(_PYEPO),
-    "terrain": {"lr": 5e-4, "batch_size": 35, "epochs": 10, "samples": 1, "n_train": 10_000, "n_test": 1000,
-                "model": "terrain-cnn", "eval_batch": 250, "bb_loss": "hamming", "dpo_samples": 10},
+    "terrain": {
+        "lr": 5e-4,
+        "batch_size": 35,
+        "epochs": 10,
+        "samples": 1,
+        "n_train": 10_000,
+        "n_test": 1000,
+        "model": "terrain-cnn",
+        "eval_batch": 250,
+        "bb_loss": "hamming",
+        "dpo_samples": 10,
+    },
 }
 
 

@@ -95,8 +95,10 @@ class ResultWriter:
         if self.folder is None:
             return []
         results = self.folder / "results.json"
-        atomic_write_json(results, {"config": self.config, "complete": complete,
-                                    "summary": summarize(self.runs), "runs": self.runs})
+        atomic_write_json(
+            results,
+            {"config": self.config, "complete": complete, "summary": summarize(self.runs), "runs": self.runs},
+        )
         written = [results]
         if complete and self.runs:
             png = self.folder / "curves.png"
@@ -113,14 +115,16 @@ def summarize(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         reg = np.array([r["regret"] for r in rs])
         acc = np.array([r["accuracy"] for r in rs])
         t = np.array([r["epoch_time"] for r in rs])
-        rows.append({
-            "method": name,
-            "seeds": len(rs),
-            "test regret": f"{reg.mean():.4f} ± {reg.std():.4f}",
-            "accuracy": f"{acc.mean():.3f} ± {acc.std():.3f}",
-            "untrained regret": f"{np.mean([r['curve'][0] for r in rs]):.4f}",
-            "s/epoch": f"{t.mean():.3f}",
-        })
+        rows.append(
+            {
+                "method": name,
+                "seeds": len(rs),
+                "test regret": f"{reg.mean():.4f} ± {reg.std():.4f}",
+                "accuracy": f"{acc.mean():.3f} ± {acc.std():.3f}",
+                "untrained regret": f"{np.mean([r['curve'][0] for r in rs]):.4f}",
+                "s/epoch": f"{t.mean():.3f}",
+            }
+        )
     return rows
 
 

@@ -51,9 +51,19 @@ def run(
         pool = SolverPool(config.workers)
     try:
         for seed in config.seeds:
-            prob = make_problem(config.problem, s["n_train"], s["n_test"], seed, deg=config.deg,
-                                noise_width=config.noise_width, size=config.size, model=s["model"],
-                                device=device, oracle=config.oracle, cache=config.cache)
+            prob = make_problem(
+                config.problem,
+                s["n_train"],
+                s["n_test"],
+                seed,
+                deg=config.deg,
+                noise_width=config.noise_width,
+                size=config.size,
+                model=s["model"],
+                device=device,
+                oracle=config.oracle,
+                cache=config.cache,
+            )
             train, test = prob.train.to(device), prob.test.to(device)  # one copy per seed
             noise = SumOfGamma(tau=config.tau) if config.noise == "sog" else Gumbel(config.tau)
             options: dict[str, Any] = {"samples": s["samples"], "lam": config.lam, "noise": noise}
@@ -61,20 +71,39 @@ def run(
             for name in config.methods:
                 torch.manual_seed(seed)
                 out = train_model(
-                    prob.model(), name, train, test,
-                    epochs=s["epochs"], batch_size=s["batch_size"], lr=s["lr"], seed=seed, pool=pool,
-                    train_oracle=prob.train_oracle, eval_oracle=prob.eval_oracle, method_options=options,
-                    show_progress=config.show_progress, lr_milestones=s["lr_drops"], device=device,
+                    prob.model(),
+                    name,
+                    train,
+                    test,
+                    epochs=s["epochs"],
+                    batch_size=s["batch_size"],
+                    lr=s["lr"],
+                    seed=seed,
+                    pool=pool,
+                    train_oracle=prob.train_oracle,
+                    eval_oracle=prob.eval_oracle,
+                    method_options=options,
+                    show_progress=config.show_progress,
+                    lr_milestones=s["lr_drops"],
+                    device=device,
                     eval_batch=s["eval_batch"],
                 )
-                out.update(problem=config.problem, deg=config.deg, device=str(device), model=s["model"],
-                           oracle=repr(prob.train_oracle))
+                out.update(
+                    problem=config.problem,
+                    deg=config.deg,
+                    device=str(device),
+                    model=s["model"],
+                    oracle=repr(prob.train_oracle),
+                )
                 results.append(out)
                 if on_result is not None:
                     on_result(out)
                 if config.show_progress:
-                    print(f"  {name:<10} seed {seed}: test regret {out['regret']:.4f}, "
-                          f"accuracy {out['accuracy']:.3f}, {out['epoch_time']:.3f} s/epoch", flush=True)
+                    print(
+                        f"  {name:<10} seed {seed}: test regret {out['regret']:.4f}, "
+                        f"accuracy {out['accuracy']:.3f}, {out['epoch_time']:.3f} s/epoch",
+                        flush=True,
+                    )
     finally:
         if pool is not None:
             pool.close()

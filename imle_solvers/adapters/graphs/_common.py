@@ -80,7 +80,7 @@ class _GraphOracle(MapOracle):
             w = self.validate(weights)
             if w.ndim != 1:
                 raise InvalidWeightsError(f"solve takes one (m,) weight vector, got shape {w.shape}")
-            if self._scale_invariant and w.size and np.abs(w).max() > 2.0 ** _SAFE_EXP:
+            if self._scale_invariant and w.size and np.abs(w).max() > 2.0**_SAFE_EXP:
                 w = _scale_rows(w)
         return self._solve(w)
 
@@ -89,7 +89,7 @@ class _GraphOracle(MapOracle):
         w = self.validate(weights)
         if w.ndim != 2:
             raise InvalidWeightsError(f"solve_batch takes (B, m) weights, got shape {w.shape}")
-        if self._scale_invariant and w.size and np.abs(w).max() > 2.0 ** _SAFE_EXP:
+        if self._scale_invariant and w.size and np.abs(w).max() > 2.0**_SAFE_EXP:
             w = _scale_rows(w)
         return self._solve_many(w)
 
@@ -113,8 +113,9 @@ def _csr_order(tail: np.ndarray, head: np.ndarray, n: int) -> tuple[np.ndarray, 
     return perm, head[perm].astype(np.int32), indptr
 
 
-def _block_dijkstra(indices: np.ndarray, indptr: np.ndarray, n: int, cost: np.ndarray, source: int
-                    ) -> np.ndarray:
+def _block_dijkstra(
+    indices: np.ndarray, indptr: np.ndarray, n: int, cost: np.ndarray, source: int
+) -> np.ndarray:
     """Dijkstra for ``K`` cost rows of one CSR structure in a single SciPy call.  → ``[K, n]`` predecessors
 
     The rows become the diagonal blocks of a ``K·n``-node graph and SciPy runs one search (with its own
@@ -126,8 +127,8 @@ def _block_dijkstra(indices: np.ndarray, indptr: np.ndarray, n: int, cost: np.nd
     block_indices = (indices[None, :] + n * offset).ravel()  # block b's nodes are b·n + j      [K·a]
     block_indptr = np.concatenate([[0], (indptr[None, 1:] + a * offset).ravel()])  # [K·n + 1]
     mat = sp.csr_matrix((cost.ravel(), block_indices, block_indptr), shape=(k * n, k * n))
-    _, pred = csgraph.dijkstra(mat, directed=True, indices=source + n * np.arange(k),
-                               return_predecessors=True)  # [K, K·n]
+    _, pred = csgraph.dijkstra(
+        mat, directed=True, indices=source + n * np.arange(k), return_predecessors=True
+    )  # [K, K·n]
     own = pred.reshape(k, k, n)[np.arange(k), np.arange(k)]  # each search's own block   [K, n]
     return np.where(own >= 0, own - n * offset, -1)
-

@@ -133,15 +133,18 @@ class GridShortestPath(_GraphOracle):
             return state
         mat = getattr(self._local, "matrix", None)
         if mat is None:  # this thread's matrix: structure fixed, data refilled per call
-            mat = sp.csr_matrix((np.zeros(len(self._indices)), self._indices.copy(), self._indptr.copy()),
-                                shape=(self.n_vars, self.n_vars))
+            mat = sp.csr_matrix(
+                (np.zeros(len(self._indices)), self._indices.copy(), self._indptr.copy()),
+                shape=(self.n_vars, self.n_vars),
+            )
             self._local.matrix = mat
         if w.min() >= 0:  # the common case, inlined: c(u → v) = w_v, written in place   [a]
             np.take(w, self._head, out=mat.data, mode="clip")
         else:
             self._costs(w, out=mat.data)
-        _, pred_arr, _ = csgraph.dijkstra(mat, directed=True, indices=0, return_predecessors=True,
-                                          min_only=True)  # min_only: the cheaper 1-D code path
+        _, pred_arr, _ = csgraph.dijkstra(
+            mat, directed=True, indices=0, return_predecessors=True, min_only=True
+        )  # min_only: the cheaper 1-D code path
         v = self.n_vars - 1
         path = [v]
         while v != 0:
@@ -280,8 +283,9 @@ class TorchGridShortestPath(TorchOracle):
             raise ValueError(f"neighbourhood must be 4 or 8, got {neighbourhood!r}")
         self.height, self.width, self.neighbourhood = int(height), int(width), int(neighbourhood)
         self.n_vars = self.height * self.width
-        self.expected_nonzeros = float(max(self.height, self.width) if neighbourhood == 8
-                                       else self.height + self.width - 1)
+        self.expected_nonzeros = float(
+            max(self.height, self.width) if neighbourhood == 8 else self.height + self.width - 1
+        )
         # neighbour offsets (dr, dc): N, S, W, E, then the diagonals NW, NE, SW, SE (the tie order)
         self._steps = [(-1, 0), (1, 0), (0, -1), (0, 1)]
         if neighbourhood == 8:
@@ -302,7 +306,8 @@ class TorchGridShortestPath(TorchOracle):
         """Path masks for ``(..., H·W)`` costs; same shape, device and dtype.  No host synchronisation."""
         if weights.shape[-1:] != (self.n_vars,):
             raise InvalidWeightsError(
-                f"{self!r} expects weights of shape (..., {self.n_vars}), got {tuple(weights.shape)}")
+                f"{self!r} expects weights of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
+            )
         lead = weights.shape[:-1]
         dtype = weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float32
         w = weights.detach().reshape(-1, self.n_vars).to(dtype)  # c   [N, H·W]
@@ -329,14 +334,16 @@ class TorchGridShortestPath(TorchOracle):
         if negative.any():
             raise InvalidWeightsError(
                 "negative cell costs (the grid then has a negative 2-cycle); wrap the oracle in "
-                "ClampedCosts to clamp perturbed costs at 0", rows=np.flatnonzero(negative).tolist())
+                "ClampedCosts to clamp perturbed costs at 0",
+                rows=np.flatnonzero(negative).tolist(),
+            )
         state = np.empty(w.shape, dtype=w.dtype)  # [N, H·W]
         block = max(16, _CPU_BLOCK_CELLS // ((self.height + 2) * (self.width + 2)))
         for start in range(0, w.shape[0], block):
-            w_blk = np.ascontiguousarray(w[start:start + block].T).reshape(self.height, self.width, -1)
+            w_blk = np.ascontiguousarray(w[start : start + block].T).reshape(self.height, self.width, -1)
             dist, level = self._distances_numpy(w_blk)  # [H+2, W+2, n_b]
-            state[start:start + block] = self._trace_numpy(dist, level)
-            state[start:start + block][~np.isfinite(dist[self.height, self.width])] = np.nan  # overflow
+            state[start : start + block] = self._trace_numpy(dist, level)
+            state[start : start + block][~np.isfinite(dist[self.height, self.width])] = np.nan  # overflow
         return state
 
     # ---- distances: synchronous min-plus sweeps (d and L padded with a +inf border) --------------
@@ -354,8 +361,15 @@ class TorchGridShortestPath(TorchOracle):
             self._numpy_sweeps(w, dist, level, rows, cand, improved)
         return dist, level
 
-    def _numpy_sweeps(self, w: np.ndarray, dist: np.ndarray, level: np.ndarray, rows: np.ndarray,
-                      cand: np.ndarray, improved: np.ndarray) -> None:
+    def _numpy_sweeps(
+        self,
+        w: np.ndarray,
+        dist: np.ndarray,
+        level: np.ndarray,
+        rows: np.ndarray,
+        cand: np.ndarray,
+        improved: np.ndarray,
+    ) -> None:
         """Sweeps in place until one changes nothing (checked every `_CPU_CHUNK`), at most ``H·W``."""
         inner, inner_level = dist[1:-1, 1:-1], level[1:-1, 1:-1]  # views of the real cells   [H, W, N]
         sweep = 0
@@ -378,8 +392,9 @@ class TorchGridShortestPath(TorchOracle):
             if not improved.any():
                 break
 
-    def _sweeps_torch(self, dist: torch.Tensor, level: torch.Tensor, w: torch.Tensor, first: int,
-                      count: int) -> torch.Tensor:
+    def _sweeps_torch(
+        self, dist: torch.Tensor, level: torch.Tensor, w: torch.Tensor, first: int, count: int
+    ) -> torch.Tensor:
         """Sweeps ``first … first + count − 1`` in place (torch); → device flag "the last one changed"."""
         inner, inner_level = dist[1:-1, 1:-1], level[1:-1, 1:-1]  # [H, W, N]
         improved = torch.zeros((), dtype=torch.bool, device=dist.device)
@@ -388,8 +403,10 @@ class TorchGridShortestPath(TorchOracle):
                 rows = torch.minimum(torch.minimum(dist[:, :-2], dist[:, 1:-1]), dist[:, 2:])  # [H+2, W, N]
                 cand = torch.minimum(torch.minimum(rows[:-2], rows[1:-1]), rows[2:])  # [H, W, N]
             else:
-                cand = torch.minimum(torch.minimum(dist[:-2, 1:-1], dist[2:, 1:-1]),
-                                     torch.minimum(dist[1:-1, :-2], dist[1:-1, 2:]))
+                cand = torch.minimum(
+                    torch.minimum(dist[:-2, 1:-1], dist[2:, 1:-1]),
+                    torch.minimum(dist[1:-1, :-2], dist[1:-1, 2:]),
+                )
             cand.add_(w)  # w(v) + min_{u ~ v} d(u)
             improved = cand < inner
             inner.copy_(torch.minimum(inner, cand))
@@ -470,8 +487,8 @@ class TorchGridShortestPath(TorchOracle):
         best_l = torch.full((h, w, n), torch.iinfo(torch.int32).max, dtype=torch.int32, device=device)
         best_k = torch.zeros((h, w, n), dtype=torch.int64, device=device)
         for k, (dr, dc) in enumerate(self._steps):  # first minimum of (d(u), L(u)) in direction order
-            d_u = dist[1 + dr:1 + dr + h, 1 + dc:1 + dc + w]  # [H, W, N]
-            l_u = level[1 + dr:1 + dr + h, 1 + dc:1 + dc + w]
+            d_u = dist[1 + dr : 1 + dr + h, 1 + dc : 1 + dc + w]  # [H, W, N]
+            l_u = level[1 + dr : 1 + dr + h, 1 + dc : 1 + dc + w]
             better = (d_u < best_d) | ((d_u == best_d) & (l_u < best_l))
             best_d = torch.where(better, d_u, best_d)
             best_l = torch.where(better, l_u, best_l)

@@ -127,8 +127,9 @@ class ShortestPath(_GraphOracle):
         fwd = np.zeros(n, dtype=bool)
         fwd[csgraph.breadth_first_order(structure, s, directed=True, return_predecessors=False)] = True
         bwd = np.zeros(n, dtype=bool)
-        bwd[csgraph.breadth_first_order(structure.T.tocsr(), t, directed=True,
-                                        return_predecessors=False)] = True
+        bwd[csgraph.breadth_first_order(structure.T.tocsr(), t, directed=True, return_predecessors=False)] = (
+            True
+        )
         relevant = fwd & bwd
         self._feasible = bool(relevant[t])
         keep = relevant[tail] & relevant[head]
@@ -189,8 +190,9 @@ class ShortestPath(_GraphOracle):
         if self._loop_w.size:
             bad = np.flatnonzero(w[:, self._loop_w].min(axis=1) < 0)
             if bad.size:
-                raise NegativeCycleError("a self-loop of negative cost lies on a source → target walk",
-                                         rows=bad.tolist())
+                raise NegativeCycleError(
+                    "a self-loop of negative cost lies on a source → target walk", rows=bad.tolist()
+                )
         cost = self._arc_costs(w)  # [B, a]
         if vectorised_dag:
             return self._dag_states_numpy(cost)
@@ -201,9 +203,10 @@ class ShortestPath(_GraphOracle):
         easy = np.flatnonzero(~negative)
         csr_cost = cost[easy][:, self._perm]  # CSR order   [B', a]
         for start in range(0, len(easy), _GRID_CHUNK):
-            chunk = easy[start:start + _GRID_CHUNK]
-            pred = _block_dijkstra(self._indices, self._indptr, self._n,
-                                   csr_cost[start:start + _GRID_CHUNK], self._s)
+            chunk = easy[start : start + _GRID_CHUNK]
+            pred = _block_dijkstra(
+                self._indices, self._indptr, self._n, csr_cost[start : start + _GRID_CHUNK], self._s
+            )
             for row, row_pred in zip(chunk.tolist(), pred.tolist()):
                 try:
                     out[row] = self._state(self._trace(row_pred))
@@ -217,8 +220,11 @@ class ShortestPath(_GraphOracle):
         return out
 
     def _two_cycle_message(self) -> str:
-        what = "an edge of negative cost" if self.weights_on == "edges" else (
-            "two adjacent nodes whose weights sum below 0")
+        what = (
+            "an edge of negative cost"
+            if self.weights_on == "edges"
+            else ("two adjacent nodes whose weights sum below 0")
+        )
         return f"undirected graph with {what} on a source → target walk: a negative 2-cycle"
 
     def _solve(self, w: np.ndarray) -> np.ndarray:
@@ -263,12 +269,12 @@ class ShortestPath(_GraphOracle):
             return []
         mat = self._matrix(cost)
         if float(cost.min()) >= 0:
-            _, pred, _ = csgraph.dijkstra(mat, directed=True, indices=self._s,
-                                          return_predecessors=True, min_only=True)
+            _, pred, _ = csgraph.dijkstra(
+                mat, directed=True, indices=self._s, return_predecessors=True, min_only=True
+            )
         else:
             try:
-                _, pred = csgraph.bellman_ford(mat, directed=True, indices=self._s,
-                                               return_predecessors=True)
+                _, pred = csgraph.bellman_ford(mat, directed=True, indices=self._s, return_predecessors=True)
             except csgraph.NegativeCycleError:
                 raise NegativeCycleError(
                     f"a negative cycle lies on a walk from {self.source!r} to {self.target!r}"
@@ -344,5 +350,7 @@ class ShortestPath(_GraphOracle):
         return state
 
     def __repr__(self) -> str:
-        return (f"ShortestPath({self.source!r} → {self.target!r}, weights_on={self.weights_on!r}, "
-                f"n_vars={self.n_vars}, dag={self.is_dag})")
+        return (
+            f"ShortestPath({self.source!r} → {self.target!r}, weights_on={self.weights_on!r}, "
+            f"n_vars={self.n_vars}, dag={self.is_dag})"
+        )
