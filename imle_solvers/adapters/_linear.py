@@ -25,7 +25,12 @@ import scipy.sparse as sp
 
 from ..errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning, require
 
-__all__ = ["SMALL", "LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
+__all__ = ["SMALL", "LinearForm", "Outcome", "UnprovenSolutionWarning", "check_single", "unproven"]
+
+# What a CBC or HiGHS (or PuLP) engine returns for one solve: (outcome, column values or None, detail), the
+# outcome one of "optimal" | "feasible" (time limit, unproven) | "infeasible" | "unbounded"
+# | "timeout" (time limit, no feasible state) | "error".
+Outcome = tuple[str, "Sequence[float] | None", str]
 
 SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Python (cheaper than numpy calls)
 
