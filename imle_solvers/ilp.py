@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._checks import one_of, positive
 from .adapters._linear import LinearForm
 from .oracle import MapOracle
 
@@ -125,12 +126,10 @@ class ILP(MapOracle):
         strict: bool,
         options: dict[str, Any],
     ) -> None:
-        if sense not in ("max", "min"):
-            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be positive seconds or None, got {time_limit!r}")
+        one_of("sense", sense, ("max", "min"))
+        one_of("backend", backend, _BACKENDS)
+        if time_limit is not None:
+            positive("time_limit", time_limit)  # seconds
         oracle: MapOracle
         if backend == "cpsat":
             from .adapters.cpsat import CPSATOracle

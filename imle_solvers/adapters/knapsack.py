@@ -8,6 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from .._checks import one_of
 from ..errors import InvalidWeightsError
 from ..oracle import TorchOracle
 
@@ -97,8 +98,7 @@ class TorchKnapsack(TorchOracle):
         for name, arr in (("weights", w), ("capacities", caps)):
             if not np.isfinite(arr).all() or (arr < 0).any() or (arr != np.round(arr)).any():
                 raise ValueError(f"{name} must be non-negative integers (scale decimals to integers first)")
-        if method not in ("auto", "dp", "enumerate"):
-            raise ValueError(f"method must be 'auto', 'dp' or 'enumerate', got {method!r}")
+        one_of("method", method, ("auto", "dp", "enumerate"))
         self.weights = w.astype(np.int64)  # [n, D]
         self.capacities = caps.astype(np.int64)  # [D]
         self.n_vars = int(w.shape[0])

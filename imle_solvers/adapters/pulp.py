@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._checks import one_of, positive
 from ..errors import (
     ImleSolversError,
     InfeasibleError,
@@ -160,10 +161,9 @@ class PulpOracle(MapOracle):
         expected_nonzeros: float | None,
         engine: Any = None,
     ) -> None:
-        if sense not in ("max", "min"):
-            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be positive seconds or None, got {time_limit!r}")
+        one_of("sense", sense, ("max", "min"))
+        if time_limit is not None:
+            positive("time_limit", time_limit)  # seconds
         if engine is None:
             if solver == "cbc":
                 require("pulp", "pulp")

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
+from ..._checks import one_of
 from ...errors import ImleSolversError, InfeasibleError, NegativeCycleError
 from .._levels import LevelPlan
 from ._common import _GRID_CHUNK, _block_dijkstra, _check_graph, _csr_order, _GraphOracle, _networkx
@@ -98,8 +99,7 @@ class ShortestPath(_GraphOracle):
         super().__init__()
         nx = _networkx()
         _check_graph(graph, "ShortestPath")
-        if weights_on not in ("edges", "nodes"):
-            raise ValueError(f"weights_on must be 'edges' or 'nodes', got {weights_on!r}")
+        one_of("weights_on", weights_on, ("edges", "nodes"))
         for name, node in (("source", source), ("target", target)):
             if node not in graph:
                 raise ValueError(f"{name} {node!r} is not a node of the graph")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..._checks import one_of
 from ._common import _check_graph, _GraphOracle, _networkx
 
 __all__ = ["SpanningTree"]
@@ -40,8 +41,7 @@ class SpanningTree(_GraphOracle):
         super().__init__()
         nx = _networkx()
         _check_graph(graph, "SpanningTree", undirected=True)
-        if kind not in ("min", "max"):
-            raise ValueError(f"kind must be 'min' or 'max', got {kind!r}")
+        one_of("kind", kind, ("min", "max"))
         self.kind = kind
         self.sense = kind
         self.nodes: list[Node] = list(graph.nodes)
