@@ -88,6 +88,15 @@ class ILP(MapOracle):
     are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
     ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 1 (the constrained family) and eq. 3 (its MAP oracle),
+      <https://arxiv.org/abs/2106.01798>.
+    * Google OR-Tools, "CP-SAT Solver", <https://developers.google.com/optimization/cp/cp_solver>.
+    * COIN-OR CBC (branch and cut), <https://github.com/coin-or/Cbc>.
+    * HiGHS, high-performance linear and mixed-integer optimisation, <https://highs.dev/>.
+
     Examples
     --------
     A 0/1 knapsack (maximise value, weight ≤ 5):

@@ -51,8 +51,7 @@ class CPSATOracle(MapOracle):
         Seconds per solve (``None``: no limit).
     workers
         CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.pool.SolverPool]
-        parallelises
-        across instances instead).
+        parallelises across instances instead).
     strict
         When the time limit stops the search with a feasible but unproven state: ``False`` returns it
         with an [`UnprovenSolutionWarning`][imle_solvers.errors.UnprovenSolutionWarning], ``True`` raises
@@ -93,6 +92,12 @@ class CPSATOracle(MapOracle):
     **Pickling and threads.** The model travels as its text-format proto and is rebuilt lazily on
     first use, so the oracle can be shipped to process-pool workers. Each thread solves on its own
     copy of the model, so one oracle can serve a thread pool.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Google OR-Tools, "CP-SAT Solver", <https://developers.google.com/optimization/cp/cp_solver>.
 
     Examples
     --------

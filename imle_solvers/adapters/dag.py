@@ -59,6 +59,16 @@ class DAGShortestPath(TorchOracle):
     -----
     Ties are broken deterministically (the first incoming arc in `edges` order wins).
     Arcs that lie on no ``source → target`` path are always 0.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, Example 3 (a shortest path as a MAP state),
+      <https://arxiv.org/abs/2106.01798>.
+    * Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+      <https://arxiv.org/abs/1710.08005> (the grid shortest-path benchmark).
+    * Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+      Programming", Mathematical Programming Computation, 2024, <https://arxiv.org/abs/2206.14234>.
     """
 
     sense = "min"

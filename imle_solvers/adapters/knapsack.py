@@ -64,6 +64,13 @@ class TorchKnapsack(TorchOracle):
         For negative or non-integral item weights or capacities, mismatched shapes, or an instance
         too large for both methods.
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 2-3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+      Programming", Mathematical Programming Computation, 2024, <https://arxiv.org/abs/2206.14234>.
+
     Examples
     --------
     >>> import torch

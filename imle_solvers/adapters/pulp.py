@@ -119,6 +119,14 @@ class PulpOracle(MapOracle):
     The oracle pickles without its ``highspy`` model, which is rebuilt on first use in the receiving
     process.
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * PuLP documentation, <https://coin-or.github.io/pulp/>.
+    * COIN-OR CBC (branch and cut), <https://github.com/coin-or/Cbc>.
+    * HiGHS, high-performance linear and mixed-integer optimisation, <https://highs.dev/>.
+
     Examples
     --------
     >>> import pulp

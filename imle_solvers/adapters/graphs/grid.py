@@ -50,6 +50,17 @@ class GridShortestPath(_GraphOracle):
     agree. ``expected_nonzeros`` is the number of cells of a shortest path under unit weights:
     ``max(H, W)`` for 8 neighbours, ``H + W − 1`` for 4.
 
+    References
+    ----------
+    * Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers", ICLR
+      2020, <https://arxiv.org/abs/1912.02175> (the Warcraft shortest-path benchmark).
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, sec. 5 (the Warcraft experiment), <https://arxiv.org/abs/2106.01798>.
+    * Dijkstra, "A note on two problems in connexion with graphs", Numerische Mathematik 1, 1959,
+      <https://doi.org/10.1007/BF01386390>.
+    * SciPy, ``scipy.sparse.csgraph.dijkstra``,
+      <https://docs.scipy.org/doc/scipy/reference/generated/scipy.sparse.csgraph.dijkstra.html>.
+
     Examples
     --------
     >>> import numpy as np

@@ -88,6 +88,15 @@ class TorchGridShortestPath(TorchOracle):
     ``expected_nonzeros`` is the number of cells of a shortest path under unit weights, as for the
     host oracle. The oracle is picklable (its small per-device index tensor is rebuilt on first use).
 
+    References
+    ----------
+    * Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers", ICLR
+      2020, <https://arxiv.org/abs/1912.02175> (the Warcraft shortest-path benchmark).
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, sec. 5 (the Warcraft experiment), <https://arxiv.org/abs/2106.01798>.
+    * Bellman, "On a routing problem", Quarterly of Applied Mathematics 16, 1958,
+      <https://doi.org/10.1090/qam/102435> (the Bellman-Ford recursion the sweeps iterate).
+
     Examples
     --------
     >>> import torch
