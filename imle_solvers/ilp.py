@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._checks import one_of, positive
 from .adapters._linear import LinearForm
 from .oracle import MapOracle
 
@@ -87,6 +88,15 @@ class ILP(MapOracle):
     are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
     ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 1 (the constrained family) and eq. 3 (its MAP oracle),
+      <https://arxiv.org/abs/2106.01798>.
+    * Google OR-Tools, "CP-SAT Solver", <https://developers.google.com/optimization/cp/cp_solver>.
+    * COIN-OR CBC (branch and cut), <https://github.com/coin-or/Cbc>.
+    * HiGHS, high-performance linear and mixed-integer optimisation, <https://highs.dev/>.
+
     Examples
     --------
     A 0/1 knapsack (maximise value, weight ≤ 5):
@@ -125,12 +135,10 @@ class ILP(MapOracle):
         strict: bool,
         options: dict[str, Any],
     ) -> None:
-        if sense not in ("max", "min"):
-            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be positive seconds or None, got {time_limit!r}")
+        one_of("sense", sense, ("max", "min"))
+        one_of("backend", backend, _BACKENDS)
+        if time_limit is not None:
+            positive("time_limit", time_limit)  # seconds
         oracle: MapOracle
         if backend == "cpsat":
             from .adapters.cpsat import CPSATOracle

@@ -70,7 +70,7 @@ def _scratch_dirs() -> set[str]:
 
 
 def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() -> None:
-    import imle_solvers.adapters.pulp as pulp_module
+    import imle_solvers.adapters._cbc as pulp_module  # where the scratch-sweep state lives
 
     before = _scratch_dirs()
     oracle = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max", backend="cbc")

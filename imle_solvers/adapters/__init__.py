@@ -4,18 +4,19 @@ Each adapter module imports its solver lazily: touching ``CPSATOracle`` without 
 installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming the extra to install.
 
 * ``cpsat.py``  — [`CPSATOracle`][imle_solvers.CPSATOracle] (OR-Tools CP-SAT, extra ``cpsat``)
-* ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``)
-* ``graphs/`` — [`ShortestPath`][imle_solvers.ShortestPath],
-[`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
+* ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``); its
+  back ends on the shared linear form live in ``_cbc.py`` and ``_highs.py``
+* ``graphs/``   — [`ShortestPath`][imle_solvers.ShortestPath],
+  [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
   [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
-* ``graphs/grid.py`` also holds [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
+* ``graphs/torch_grid.py`` — [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
   grid path on the weights' device
 * ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], 0/1 knapsack with integer
   weights on the weights' device
-* ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native (torch)
-DAG shortest path
-* ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle (no
-negative cycles)
+* ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native
+  (torch) DAG shortest path
+* ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle
+  (no negative cycles)
 """
 
 from __future__ import annotations

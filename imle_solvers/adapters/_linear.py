@@ -23,9 +23,15 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._checks import positive_int
 from ..errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning, require
 
-__all__ = ["SMALL", "LinearForm", "UnprovenSolutionWarning", "check_single", "unproven"]
+__all__ = ["SMALL", "LinearForm", "Outcome", "UnprovenSolutionWarning", "check_single", "unproven"]
+
+# What a CBC or HiGHS (or PuLP) engine returns for one solve: (outcome, column values or None, detail), the
+# outcome one of "optimal" | "feasible" (time limit, unproven) | "infeasible" | "unbounded"
+# | "timeout" (time limit, no feasible state) | "error".
+Outcome = tuple[str, "Sequence[float] | None", str]
 
 SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Python (cheaper than numpy calls)
 
@@ -178,9 +184,7 @@ class LinearForm:
         integer: bool | Sequence[bool] | np.ndarray = True,
     ) -> LinearForm:
         """Validate an ``ILP`` declaration (see [`ILP`][imle_solvers.ILP]); raises ``ValueError``."""
-        if isinstance(c_size, bool) or not isinstance(c_size, (int, np.integer)) or c_size < 1:
-            raise ValueError(f"c_size must be a positive integer, got {c_size!r}")
-        n = int(c_size)
+        n = positive_int("c_size", int(c_size) if isinstance(c_size, np.integer) else c_size)
         blocks: list[sp.csr_matrix] = []
         lbs: list[np.ndarray] = []
         ubs: list[np.ndarray] = []

@@ -30,6 +30,14 @@ class ClampedCosts(MapOracle):
         The wrapped ``"min"`` oracle.
     floor
         Smallest cost handed to it.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 8 (the target ``θ − λ∇zL``: for costs ``c + λ∇zL``, which can dip
+      below 0 as the perturbed costs can), <https://arxiv.org/abs/2106.01798>.
+    * Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers", ICLR
+      2020, <https://arxiv.org/abs/1912.02175> (the Warcraft shortest-path benchmark).
     """
 
     sense = "min"

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from .._checks import in_range, one_of, positive, positive_int
 from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
 from ..oracle import MapOracle
 from ._check import FeasibilityCheck
@@ -50,8 +51,7 @@ class CPSATOracle(MapOracle):
         Seconds per solve (``None``: no limit).
     workers
         CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.pool.SolverPool]
-        parallelises
-        across instances instead).
+        parallelises across instances instead).
     strict
         When the time limit stops the search with a feasible but unproven state: ``False`` returns it
         with an [`UnprovenSolutionWarning`][imle_solvers.errors.UnprovenSolutionWarning], ``True`` raises
@@ -93,6 +93,12 @@ class CPSATOracle(MapOracle):
     first use, so the oracle can be shipped to process-pool workers. Each thread solves on its own
     copy of the model, so one oracle can serve a thread pool.
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Google OR-Tools, "CP-SAT Solver", <https://developers.google.com/optimization/cp/cp_solver>.
+
     Examples
     --------
     >>> from ortools.sat.python import cp_model
@@ -123,14 +129,11 @@ class CPSATOracle(MapOracle):
         cp_model = require("ortools.sat.python.cp_model", "cpsat")
         if not isinstance(model, cp_model.CpModel):  # type: ignore[attr-defined]
             raise TypeError(f"model must be an ortools cp_model.CpModel, got {type(model).__name__}")
-        if sense not in ("max", "min"):
-            raise ValueError(f"sense must be 'max' or 'min', got {sense!r}")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be positive seconds or None, got {time_limit!r}")
-        if int(workers) != workers or workers < 1:
-            raise ValueError(f"workers must be a positive integer, got {workers!r}")
-        if not resolution >= 1:
-            raise ValueError(f"resolution must be ≥ 1, got {resolution!r}")
+        one_of("sense", sense, ("max", "min"))
+        if time_limit is not None:
+            positive("time_limit", time_limit)  # seconds
+        positive_int("workers", workers)
+        in_range("resolution", resolution, 1, math.inf)
         indices = []
         for j, var in enumerate(variables):
             index = getattr(var, "index", None)

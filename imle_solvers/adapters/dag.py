@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from .._checks import positive_int
 from ..oracle import TorchOracle
 from ._levels import LevelPlan
 
@@ -58,6 +59,16 @@ class DAGShortestPath(TorchOracle):
     -----
     Ties are broken deterministically (the first incoming arc in `edges` order wins).
     Arcs that lie on no ``source → target`` path are always 0.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, Example 3 (a shortest path as a MAP state),
+      <https://arxiv.org/abs/2106.01798>.
+    * Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+      <https://arxiv.org/abs/1710.08005> (the grid shortest-path benchmark).
+    * Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+      Programming", Mathematical Programming Computation, 2024, <https://arxiv.org/abs/2206.14234>.
     """
 
     sense = "min"
@@ -158,8 +169,12 @@ class DAGShortestPath(TorchOracle):
         runs from node 0 (south-west corner) to ``rows * cols − 1`` (north-east corner); every path
         has ``rows + cols − 2`` arcs. ``grid(5, 5)`` has 40 arcs.
         """
-        if int(rows) != rows or int(cols) != cols or rows < 1 or cols < 1 or rows * cols < 2:
-            raise ValueError(f"grid needs positive integer rows, cols with rows*cols >= 2, got {rows}x{cols}")
+        rows, cols = (
+            positive_int(name, int(v) if isinstance(v, np.integer) else v)
+            for name, v in (("rows", rows), ("cols", cols))
+        )
+        if rows * cols < 2:
+            raise ValueError(f"grid needs rows*cols >= 2 (a source and a target), got {rows}x{cols}")
         edges: list[tuple[Hashable, Hashable]] = []
         for i in range(rows):
             edges += [(i * cols + j, i * cols + j + 1) for j in range(cols - 1)]  # east

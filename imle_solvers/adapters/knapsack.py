@@ -8,6 +8,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from .._checks import one_of
 from ..errors import InvalidWeightsError
 from ..oracle import TorchOracle
 
@@ -63,6 +64,13 @@ class TorchKnapsack(TorchOracle):
         For negative or non-integral item weights or capacities, mismatched shapes, or an instance
         too large for both methods.
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 2-3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+      Programming", Mathematical Programming Computation, 2024, <https://arxiv.org/abs/2206.14234>.
+
     Examples
     --------
     >>> import torch
@@ -97,8 +105,7 @@ class TorchKnapsack(TorchOracle):
         for name, arr in (("weights", w), ("capacities", caps)):
             if not np.isfinite(arr).all() or (arr < 0).any() or (arr != np.round(arr)).any():
                 raise ValueError(f"{name} must be non-negative integers (scale decimals to integers first)")
-        if method not in ("auto", "dp", "enumerate"):
-            raise ValueError(f"method must be 'auto', 'dp' or 'enumerate', got {method!r}")
+        one_of("method", method, ("auto", "dp", "enumerate"))
         self.weights = w.astype(np.int64)  # [n, D]
         self.capacities = caps.astype(np.int64)  # [D]
         self.n_vars = int(w.shape[0])

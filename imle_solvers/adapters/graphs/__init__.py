@@ -5,12 +5,12 @@ indicator of an optimal structure — the MAP state ``argmax_{z ∈ C} ⟨z, θ�
 for the polytope ``C`` of paths, matchings or spanning trees (Example 3: a shortest path is the
 MAP state of the *costs*, ``θ = −c``).
 
-* [`ShortestPath`][imle_solvers.ShortestPath] — source → target path in any NetworkX graph, edge or node
-weights
-  (``sense="min"``), correct for negative weights (topological DP on DAGs, Bellman-Ford otherwise);
-* [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a vertex-weighted
-grid, the setting of
-  the Warcraft experiment (Vlastelica et al., ICLR 2020; paper sec. 5), batched through SciPy;
+* [`ShortestPath`][imle_solvers.ShortestPath] — source → target path in any NetworkX graph, edge or
+  node weights (``sense="min"``), correct for negative weights (topological DP on DAGs, Bellman-Ford
+  otherwise);
+* [`GridShortestPath`][imle_solvers.GridShortestPath] — top-left → bottom-right path on a
+  vertex-weighted grid, the setting of the Warcraft experiment (Vlastelica et al., ICLR 2020; paper
+  sec. 5), batched through SciPy;
 * [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath] — the same grid path as a
   batched torch oracle on the weights' device (CPU or GPU);
 * [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
@@ -18,18 +18,20 @@ grid, the setting of
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
-NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers.errors.require] (extra
-``graphs``).
+NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers.errors.require]
+(extra ``graphs``).
 
-One module per problem: ``shortest_path.py``, ``grid.py`` (host and device-native grid paths),
-``matching.py``, ``spanning_tree.py``; ``_common.py`` holds the shared plumbing.
+One module per problem: ``shortest_path.py``, ``grid.py`` (host grid path; it re-exports the device
+one), ``torch_grid.py`` (device-native grid path), ``matching.py``, ``spanning_tree.py``; ``_common.py``
+holds the shared plumbing.
 """
 
 from __future__ import annotations
 
-from .grid import GridShortestPath, TorchGridShortestPath
+from .grid import GridShortestPath
 from .matching import Matching
 from .shortest_path import ShortestPath
 from .spanning_tree import SpanningTree
+from .torch_grid import TorchGridShortestPath
 
 __all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree", "TorchGridShortestPath"]

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
+from ..._checks import one_of, positive_int
 from ...errors import InvalidWeightsError, require
 from ...oracle import MapOracle
 
@@ -34,6 +35,16 @@ def _check_graph(graph: Any, who: str, *, undirected: bool = False) -> None:
         raise ValueError(f"{who} needs an undirected graph; convert with G.to_undirected()")
     if graph.number_of_edges() == 0:
         raise ValueError(f"{who} needs a graph with at least one edge (a weight vector of length ≥ 1)")
+
+
+def _grid_shape(height: Any, width: Any, neighbourhood: Any) -> tuple[int, int, int]:
+    """``(H, W, neighbourhood)`` of a grid oracle, checked: ``H, W ≥ 1`` integers (NumPy integers
+    included), ``neighbourhood`` 4 or 8."""
+    h, w = (
+        positive_int(name, int(v) if isinstance(v, np.integer) else v)
+        for name, v in (("height", height), ("width", width))
+    )
+    return h, w, int(one_of("neighbourhood", neighbourhood, (4, 8)))
 
 
 #: weights up to 2^_SAFE_EXP (≈ 1.3e154) cannot overflow any sum of ≤ 2^400 of them

@@ -38,6 +38,15 @@ class Matching(_GraphOracle):
     identically built graph). ``expected_nonzeros`` is the size of a maximum-cardinality matching.
     Exact for integer-valued weights; with general floats NetworkX's blossom algorithm is exact up
     to rounding.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Edmonds, "Paths, trees, and flowers", Canadian Journal of Mathematics 17, 1965,
+      <https://doi.org/10.4153/CJM-1965-045-4> (the blossom method).
+    * NetworkX, ``max_weight_matching``,
+      <https://networkx.org/documentation/stable/reference/algorithms/generated/networkx.algorithms.matching.max_weight_matching.html>.
     """
 
     sense = "max"

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
+from ..._checks import one_of
 from ...errors import ImleSolversError, InfeasibleError, NegativeCycleError
 from .._levels import LevelPlan
 from ._common import _GRID_CHUNK, _block_dijkstra, _check_graph, _csr_order, _GraphOracle, _networkx
@@ -75,6 +76,18 @@ class ShortestPath(_GraphOracle):
     ``expected_nonzeros`` is the number of edges (nodes, with node weights) of a shortest path under
     unit weights, i.e. the hop distance (+ 1 for nodes); ``None`` when that is 0 or no path exists.
 
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, Example 3 (a shortest path as a MAP state),
+      <https://arxiv.org/abs/2106.01798>.
+    * Dijkstra, "A note on two problems in connexion with graphs", Numerische Mathematik 1, 1959,
+      <https://doi.org/10.1007/BF01386390>.
+    * SciPy, ``scipy.sparse.csgraph.dijkstra``,
+      <https://docs.scipy.org/doc/scipy/reference/generated/scipy.sparse.csgraph.dijkstra.html>.
+    * SciPy, ``scipy.sparse.csgraph.bellman_ford``,
+      <https://docs.scipy.org/doc/scipy/reference/generated/scipy.sparse.csgraph.bellman_ford.html>.
+
     Examples
     --------
     >>> import networkx as nx, numpy as np
@@ -98,8 +111,7 @@ class ShortestPath(_GraphOracle):
         super().__init__()
         nx = _networkx()
         _check_graph(graph, "ShortestPath")
-        if weights_on not in ("edges", "nodes"):
-            raise ValueError(f"weights_on must be 'edges' or 'nodes', got {weights_on!r}")
+        one_of("weights_on", weights_on, ("edges", "nodes"))
         for name, node in (("source", source), ("target", target)):
             if node not in graph:
                 raise ValueError(f"{name} {node!r} is not a node of the graph")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..._checks import one_of
 from ._common import _check_graph, _GraphOracle, _networkx
 
 __all__ = ["SpanningTree"]
@@ -34,14 +35,20 @@ class SpanningTree(_GraphOracle):
     Per call: a stable sort of the weights plus a union-find pass, ``O(E log E)``. Ties go to the edge
     that comes first in `edges` (stable sort), so the same weights always give the same tree.
     ``expected_nonzeros`` is the number of edges of every spanning forest: ``V − #components``.
+
+    References
+    ----------
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, eq. 3 (the MAP oracle), <https://arxiv.org/abs/2106.01798>.
+    * Kruskal, "On the shortest spanning subtree of a graph and the traveling salesman problem", Proceedings
+      of the AMS 7(1), 1956, <https://doi.org/10.1090/S0002-9939-1956-0078686-7>.
     """
 
     def __init__(self, graph: Any, kind: Literal["min", "max"] = "min") -> None:
         super().__init__()
         nx = _networkx()
         _check_graph(graph, "SpanningTree", undirected=True)
-        if kind not in ("min", "max"):
-            raise ValueError(f"kind must be 'min' or 'max', got {kind!r}")
+        one_of("kind", kind, ("min", "max"))
         self.kind = kind
         self.sense = kind
         self.nodes: list[Node] = list(graph.nodes)
