@@ -282,7 +282,7 @@ def test_toy_command_without_matplotlib_still_writes_json(tmp_path, capsys, monk
             f"{module!r} is not installed; install it with: pip install 'imle-solvers[{extra}]'"
         )
 
-    monkeypatch.setattr(topk_toy, "require", missing)
+    monkeypatch.setattr(topk_toy.report, "require", missing)  # plot() lives in topk_toy.report
     args = [
         "--quick",
         "--runs",
