@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     (out / "instances.md").write_text(f"{table}\n\n{heat}\n\nCommand: `{command.strip()}`\n")
     per_instance = [
         {"seed": r.config["seed"], "loss_star": r.config["loss_star"], "loss_init": r.config["loss_init"],
-         "rows": r.rows, "sog_vs_gumbel": g, "grid": r.grid}
+         "rows": [row.to_dict() for row in r.rows], "sog_vs_gumbel": g, "grid": r.grid}
         for r, g in zip(results, grids)
     ]  # fmt: skip
     (out / "instances.json").write_text(json.dumps({"summary": summary, "instances": per_instance}, indent=1))
@@ -122,7 +122,10 @@ def noise_study(instances: int, runs: int, out: Path, argv: list[str]) -> int:
     payload = {
         "pairs": rows,
         "summary": summary,
-        "instances": [{"seed": r.config["seed"], "rows": r.rows, "grid": r.grid} for r in results],
+        "instances": [
+            {"seed": r.config["seed"], "rows": [row.to_dict() for row in r.rows], "grid": r.grid}
+            for r in results
+        ],
     }
     (out / "noise_study.json").write_text(json.dumps(payload, indent=1))
     print(f"wrote {out / 'noise_study.md'}, {out / 'noise_study.json'}")

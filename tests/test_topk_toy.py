@@ -203,6 +203,9 @@ def test_run_toy_tiny_has_the_right_structure() -> None:
         else:
             assert row["lam"] is None and row["lr"] == row["eta"]
     json.dumps(result.to_dict())  # serialisable
+    row = result.rows[0]
+    assert isinstance(row, topk_toy.ToyRow) and row["gap"] == row.gap  # mapping-style access kept
+    assert result.to_dict()["rows"][0] == row.to_dict() and list(row.to_dict())[:2] == ["method", "key"]
     assert "final L (mean ± std)" in result_table(result)
 
 
@@ -282,7 +285,7 @@ def test_toy_command_without_matplotlib_still_writes_json(tmp_path, capsys, monk
             f"{module!r} is not installed; install it with: pip install 'imle-solvers[{extra}]'"
         )
 
-    monkeypatch.setattr(topk_toy, "require", missing)
+    monkeypatch.setattr(topk_toy.report, "require", missing)  # plot() lives in topk_toy.report
     args = [
         "--quick",
         "--runs",

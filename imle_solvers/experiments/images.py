@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._checks import in_range
 from ..errors import require
 
 __all__ = ["ImageData", "load_digits", "load_idx", "load_images", "load_mnist"]
@@ -56,8 +57,7 @@ class ImageData:
 
 
 def _split(images: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    in_range("test_fraction", test_fraction, 0.0, 1.0, closed="()")
     order = np.random.default_rng(seed).permutation(len(images))
     n_test = max(1, round(test_fraction * len(images)))
     return images[order[n_test:]], images[order[:n_test]]

@@ -43,6 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._checks import positive_int
 from ..estimators import STE
 from ..imle import IMLE
 from ..noise import Gumbel, SumOfGamma
@@ -173,8 +174,7 @@ class L2XConfig:
         if bad or not self.ks:
             raise ValueError(f"k must be in [1, {self.corpus.length}), got {list(self.ks)}")
         for name in ("n_train", "n_val", "n_test", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+            positive_int(name, getattr(self, name))
         if not self.seeds:
             raise ValueError("need at least one seed")
 

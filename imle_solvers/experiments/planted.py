@@ -26,6 +26,8 @@ import dataclasses
 
 import torch
 
+from .._checks import in_range, positive_int
+
 __all__ = ["CorpusSpec", "PlantedCorpus", "make_corpus", "subset_precision"]
 
 
@@ -72,8 +74,7 @@ class CorpusSpec:
         if self.n_levels < 2 or self.synonyms < 1 or self.n_neutral < 1:
             raise ValueError("need n_levels >= 2, synonyms >= 1, n_neutral >= 1")
         for name in ("agree", "confound"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+            in_range(name, getattr(self, name), 0.0, 1.0, closed="[]")
 
     @property
     def vocab_size(self) -> int:
@@ -128,8 +129,7 @@ def make_corpus(n: int, spec: CorpusSpec | None = None, seed: int = 0) -> Plante
         Seed of the generator.
     """
     spec = CorpusSpec() if spec is None else spec
-    if n < 1:
-        raise ValueError(f"n must be a positive integer, got {n}")
+    n = positive_int("n", n)
     gen = torch.Generator().manual_seed(seed)
     length, levels, syn = spec.length, spec.n_levels, spec.synonyms
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .._checks import positive, positive_int
 from ..noise import Gumbel
 from ..topk import TopK
 
@@ -26,11 +27,8 @@ __all__ = ["L2XRelaxedTopK", "SoftSub"]
 class _Relaxed(nn.Module):
     def __init__(self, k: int, temperature: float, generator: torch.Generator | None = None) -> None:
         super().__init__()
-        if int(k) != k or k < 1:
-            raise ValueError(f"k must be a positive integer, got {k}")
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        self.k, self.temperature, self.generator = int(k), float(temperature), generator
+        self.k, self.temperature = positive_int("k", k), positive("temperature", temperature)
+        self.generator = generator
 
     def _gumbel(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
         return Gumbel(1.0).sample(shape, like.device, like.dtype, self.generator)

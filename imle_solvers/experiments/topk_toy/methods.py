@@ -1,0 +1,105 @@
+"""The gradient estimators the toy compares, and the one-sample gradient of ``L`` each gives.
+
+* I-MLE (PID target, eq. 8) with Sum-of-Gamma noise (eq. 9) and with Gumbel noise,
+* the straight-through estimator (STE) with Gumbel (and Sum-of-Gamma) noise,
+* the score-function estimator (SFE) with exact samples and exact marginals,
+  ``∇ ≈ ‖z − b‖² (z − μ(θ))``, ``z ~ p(z; θ)`` (implemented here; it is not a library estimator).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+
+from ...estimators import STE
+from ...imle import IMLE
+from ...noise import Gumbel, NoiseDistribution, SumOfGamma
+from ...target import PerturbedTarget
+from ...topk import TopK
+from .problem import ToyProblem
+
+__all__ = ["METHODS", "SOG", "SOG_LITERAL", "ToyMethod", "gradient_estimate"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyMethod:
+    """One gradient estimator of the comparison.
+
+    Parameters
+    ----------
+    name
+        Label in tables and plots.
+    kind
+        ``"imle"`` ([`IMLE`][imle_solvers.IMLE] with [`PerturbedTarget`][imle_solvers.PerturbedTarget]),
+        ``"ste"`` ([`STE`][imle_solvers.STE]) or ``"sfe"`` (exact score-function estimator).
+    noise
+        Perturbation of the perturb-and-MAP methods (``None`` for SFE).
+    """
+
+    name: str
+    kind: Literal["imle", "ste", "sfe"]
+    noise: NoiseDistribution | None = None
+
+    @property
+    def uses_lambda(self) -> bool:
+        """Only I-MLE has a perturbation intensity λ."""
+        return self.kind == "imle"
+
+
+#: The paper's SoG(κ=5, τ=1, s=10): Theorem 1 with κ = k (see docs/experiments.md for the mapping).
+SOG = SumOfGamma(k=5, tau=1.0, s=10)
+#: The literal reading of the appendix's "SoG(1, 5, 10)": κ = 1, τ = 5, s = 10.
+SOG_LITERAL = SumOfGamma(k=1, tau=5.0, s=10)
+
+METHODS: dict[str, ToyMethod] = {
+    "imle-sog": ToyMethod("I-MLE SoG(5,1,10)", "imle", SOG),
+    "imle-gumbel": ToyMethod("I-MLE Gumbel(0,1)", "imle", Gumbel(1.0)),
+    "imle-sog-literal": ToyMethod("I-MLE SoG(1,5,10) literal", "imle", SOG_LITERAL),
+    # temperature controls (docs/experiments.md, "Why SoG < Gumbel does not reproduce")
+    "imle-gumbel-5": ToyMethod("I-MLE Gumbel(0,5)", "imle", Gumbel(5.0)),
+    "imle-sog-5": ToyMethod("I-MLE SoG(5,5,10)", "imle", SumOfGamma(k=5, tau=5.0, s=10)),
+    "ste-gumbel": ToyMethod("STE Gumbel(0,1)", "ste", Gumbel(1.0)),
+    "ste-sog": ToyMethod("STE SoG(5,1,10)", "ste", SOG),
+    "sfe": ToyMethod("SFE exact", "sfe", None),
+}
+"""Method key → `ToyMethod`, in table order; the method's ``name`` labels its tables and plots."""
+
+
+def gradient_estimate(
+    problem: ToyProblem, method: ToyMethod, lam: float | None, generator: torch.Generator
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """θ ``[N, m]`` → one-sample gradient estimate ``[N, m]`` of ``L`` for every row.
+
+    Parameters
+    ----------
+    problem
+        The instance (``b``, ``k``, the exact sampler for SFE).
+    method
+        The estimator.
+    lam
+        λ of the PID target (I-MLE only; ``None`` otherwise).
+    generator
+        Source of the estimator's randomness (noise or exact samples).
+    """
+    if method.kind == "sfe":
+        return lambda theta: problem.sfe_gradient(theta, problem.sample(theta, generator))
+    oracle = TopK(problem.k, problem.m)
+    assert method.noise is not None
+    layer: torch.nn.Module
+    if method.kind == "imle":
+        assert lam is not None
+        layer = IMLE(oracle, noise=method.noise, target=PerturbedTarget(lam), generator=generator)
+    else:
+        layer = STE(oracle, noise=method.noise, generator=generator)
+
+    def grad(theta: torch.Tensor) -> torch.Tensor:
+        leaf = theta.detach().requires_grad_(True)
+        z = layer(leaf)  # z = MAP(θ + ε)              [N, m]
+        loss = ((z - problem.b) ** 2).sum()  # Σ_rows ℓ(z) = ‖z − b‖²; ∇zℓ = 2(z − b)
+        (g,) = torch.autograd.grad(loss, leaf)
+        return g
+
+    return grad

@@ -1,0 +1,114 @@
+"""The ways of sampling the latent code that the VAE compares (`METHODS`), and the Gumbel-softmax one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ..._checks import positive
+from ...estimators import STE
+from ...imle import IMLE
+from ...noise import Gumbel, NoiseDistribution, SumOfGamma
+from ...target import PerturbedTarget
+from ...topk import TopK
+from .model import N_VARS
+
+__all__ = ["METHODS", "PAPER_METHODS", "GumbelSoftmax", "VAEMethod"]
+
+
+class GumbelSoftmax(nn.Module):
+    """The Gumbel-softmax (concrete) relaxation of a categorical sample (Jang et al., 2017).
+
+    Training: ``softmax((θ + g) / t)``, ``g ~ Gumbel(0, 1)``; evaluation: ``softmax(θ / t)``.
+
+    Parameters
+    ----------
+    temperature
+        t > 0.
+    generator
+        Optional `torch.Generator` on the weights' device.
+    """
+
+    def __init__(self, temperature: float = 0.5, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        self.temperature = positive("temperature", temperature)
+        self.generator = generator
+
+    def forward(self, theta: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return torch.softmax(theta / self.temperature, dim=-1)
+        g = Gumbel(1.0).sample(theta.shape, theta.device, theta.dtype, self.generator)  # g   [..., n]
+        return torch.softmax((theta + g) / self.temperature, dim=-1)  # relaxed one-hot      [..., n]
+
+
+@dataclasses.dataclass(frozen=True)
+class VAEMethod:
+    """One way of sampling the latent code and differentiating through it.
+
+    Parameters
+    ----------
+    name
+        Label in tables and plots.
+    k
+        Subset size of each latent distribution (1: categorical).
+    make
+        ``make(k, generator) -> nn.Module`` mapping θ ``[..., 20]`` to z ``[..., 20]``.
+    """
+
+    name: str
+    k: int
+    make: Callable[[int, torch.Generator | None], nn.Module]
+
+
+def _imle(noise: Callable[[int], NoiseDistribution], lam: float | None) -> Callable[..., nn.Module]:
+    """I-MLE with the fixed-λ target of the paper, or the library's default target when ``lam`` is None."""
+
+    def make(k: int, generator: torch.Generator | None) -> nn.Module:
+        target = None if lam is None else PerturbedTarget(lam)
+        return IMLE(TopK(k, N_VARS), noise=noise(k), target=target, generator=generator)
+
+    return make
+
+
+def _ste(noise: Callable[[int], NoiseDistribution]) -> Callable[..., nn.Module]:
+    def make(k: int, generator: torch.Generator | None) -> nn.Module:
+        return STE(TopK(k, N_VARS), noise=noise(k), generator=generator)
+
+    return make
+
+
+def _sog(k: int) -> NoiseDistribution:
+    return SumOfGamma(k=k, tau=10.0, s=10)  # the paper's SoG at temperature τ = 10
+
+
+def _gumbel(k: int) -> NoiseDistribution:
+    return Gumbel(1.0)
+
+
+#: The compared methods (``k`` is the subset size of the 10-subset VAE unless the method fixes it).
+#: `PAPER_METHODS` (the default) are the paper's; the λ = 100, 1000 variants are opt-in.
+METHODS: dict[str, VAEMethod] = {
+    "imle-sog-1": VAEMethod("I-MLE SoG(τ=10) λ=1", 10, _imle(_sog, 1.0)),
+    "imle-sog-10": VAEMethod("I-MLE SoG(τ=10) λ=10", 10, _imle(_sog, 10.0)),
+    "imle-gumbel-1": VAEMethod("I-MLE Gumbel(0,1) λ=1", 10, _imle(_gumbel, 1.0)),
+    "imle-gumbel-10": VAEMethod("I-MLE Gumbel(0,1) λ=10", 10, _imle(_gumbel, 10.0)),
+    # the library's default target: its step does not shrink with the batch-mean loss
+    "imle-sog-default": VAEMethod("I-MLE SoG(τ=10), default target", 10, _imle(_sog, None)),
+    "imle-gumbel-default": VAEMethod("I-MLE Gumbel(0,1), default target", 10, _imle(_gumbel, None)),
+    # beyond the paper's λ grid: with the batch-mean loss, λ ∈ {1, 10} leaves most rows without gradient
+    "imle-sog-100": VAEMethod("I-MLE SoG(τ=10) λ=100", 10, _imle(_sog, 100.0)),
+    "imle-sog-1000": VAEMethod("I-MLE SoG(τ=10) λ=1000", 10, _imle(_sog, 1000.0)),
+    "imle-gumbel-100": VAEMethod("I-MLE Gumbel(0,1) λ=100", 10, _imle(_gumbel, 100.0)),
+    "imle-gumbel-1000": VAEMethod("I-MLE Gumbel(0,1) λ=1000", 10, _imle(_gumbel, 1000.0)),
+    "ste-sog": VAEMethod("STE SoG(τ=10)", 10, _ste(_sog)),
+    "ste-gumbel": VAEMethod("STE Gumbel(0,1)", 10, _ste(_gumbel)),
+    "gsm-categorical": VAEMethod(
+        "Gumbel-softmax, 1-subset (t=0.5)", 1, lambda k, gen: GumbelSoftmax(0.5, generator=gen)
+    ),
+}
+
+
+PAPER_METHODS: tuple[str, ...] = tuple(k for k in METHODS if not k.endswith(("-100", "-1000")))
