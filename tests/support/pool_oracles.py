@@ -1,4 +1,4 @@
-"""Picklable oracles for the pool tests (no tests here: kept light so that workers import it fast)."""
+"""Picklable oracles for the pool tests (kept light: pool workers import this module to unpickle them)."""
 
 from __future__ import annotations
 

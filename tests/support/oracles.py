@@ -1,4 +1,4 @@
-"""Small oracles used by the core tests: explicit state lists and call counters."""
+"""Enumeration oracles for the tests: brute force over explicit state lists, with call counters."""
 
 from __future__ import annotations
 
