@@ -26,12 +26,12 @@ from imle_solvers import (
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
 from imle_solvers.pool._worker import RemoteTraceback
+from tests.support.oracles import Enum
 from tests.support.paths import ROOT
 from tests.support.pool import STATES, alive, batch, wait_dead
 from tests.support.pool_oracles import (
     BrokenUnpickle,
     CountingPickles,
-    Enum,
     Failing,
     Hang,
     Killer,
@@ -278,7 +278,7 @@ import numpy as np
 sys.path.insert(0, os.getcwd())
 from imle_solvers.pool import SolverPool
 from tests.support.pool import STATES, alive, batch, wait_dead
-from tests.support.pool_oracles import Enum
+from tests.support.oracles import Enum
 
 with SolverPool(2, "process", fallback=False, chunksize=1) as pool:
     pool.start()

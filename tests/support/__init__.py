@@ -1,7 +1,8 @@
 """What the test modules share; no tests here, and no test module imports another test module.
 
-* `oracles` — `k_subsets` and `EnumOracle` (brute force over an explicit list of states);
-* `pool_oracles` — picklable oracles for the pool tests (`Enum` and those that misbehave on purpose);
+* `oracles` — `k_subsets` and the enumeration oracles `Enum` (what the pool tests ship) and `EnumOracle`
+  (the same, counting its ``solve_batch`` calls);
+* `pool_oracles` — `FLAG` and the picklable oracles that misbehave on purpose, for the pool tests;
 * `pool` — the pool tests' states, weight batches and process checks;
 * `ilp_cases` — random small ILPs, brute force and hard instances for the ILP adapter tests;
 * `paths` — the repository root.

@@ -7,7 +7,8 @@ import time
 
 import numpy as np
 
-from tests.support.pool_oracles import FLAG, k_subsets
+from tests.support.oracles import k_subsets
+from tests.support.pool_oracles import FLAG
 
 STATES = k_subsets(7, 3)  # 35 states: rows of random weights have (almost surely) distinct answers
 
