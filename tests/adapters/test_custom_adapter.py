@@ -16,7 +16,7 @@ from imle_solvers.errors import InvalidWeightsError
 from tests.support.paths import ROOT
 
 PAGE = ROOT / "docs" / "custom-adapter.md"
-MARKER = "<!-- the block below is executed by tests/test_custom_adapter.py -->"
+MARKER = "<!-- the block below is executed by tests/adapters/test_custom_adapter.py -->"
 
 
 def _adapter_source() -> str:

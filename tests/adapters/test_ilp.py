@@ -233,7 +233,7 @@ def test_weight_errors_name_rows(backend: str) -> None:
         oracle.solve(np.zeros(4))
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/test_cpsat.py
+@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/adapters/test_cpsat.py
 def test_time_limit_without_a_feasible_state(backend: str) -> None:
     A, b = market_split()
     oracle = ILP(A.shape[1], A_eq=A, b_eq=b, backend=backend, time_limit=0.01)  # type: ignore[arg-type]
