@@ -17,8 +17,8 @@ step "CUDA tests"
 conftest=""
 python3 -c "import hypothesis" 2>/dev/null || conftest="--noconftest"
 timeout 240 python3 -m pytest -q -p no:cacheprovider $conftest -m cuda -o addopts="" \
-    tests/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py tests/test_training.py \
-    tests/test_vae.py tests/test_l2x.py \
+    tests/adapters/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py \
+    tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py \
     2>&1 | tee "$OUT/cuda-tests.txt"
 
 step "noise and layer step, CPU vs CUDA"

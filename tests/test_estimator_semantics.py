@@ -33,7 +33,7 @@ from imle_solvers import (
     hamming_loss,
     regret,
 )
-from tests.helpers import EnumOracle, k_subsets
+from tests.support.oracles import EnumOracle, k_subsets
 
 
 def gen(seed: int) -> torch.Generator:

@@ -23,7 +23,7 @@ from imle_solvers import (
     hamming_loss,
     imle,
 )
-from tests.helpers import EnumOracle, k_subsets
+from tests.support.oracles import EnumOracle, k_subsets
 
 
 def gen(seed: int = 0) -> torch.Generator:

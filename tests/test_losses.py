@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from imle_solvers import IMLE, InvalidWeightsError, MapOracle, NoNoise, OptimalTarget, SumOfGamma
 from imle_solvers.adapters.dag import DAGShortestPath
 from imle_solvers.losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
-from tests.helpers import EnumOracle, k_subsets
+from tests.support.oracles import EnumOracle, k_subsets
 
 STATES = k_subsets(5, 2)  # all 2-subsets of 5 items
 

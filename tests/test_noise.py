@@ -10,7 +10,7 @@ import torch
 from scipy import stats
 
 from imle_solvers import IMLE, Gumbel, NoNoise, Normal, SumOfGamma, TopK
-from tests.helpers import EnumOracle
+from tests.support.oracles import EnumOracle
 
 EULER_GAMMA = 0.5772156649015329
 

@@ -11,7 +11,7 @@ from hypothesis.extra.numpy import arrays
 
 from imle_solvers import InfeasibleError, InvalidWeightsError, MapOracle, TopK
 from imle_solvers.oracle import map_solve, sense_sign
-from tests.helpers import EnumOracle, k_subsets
+from tests.support.oracles import EnumOracle, k_subsets
 
 
 class FailsOnNegativeFirst(MapOracle):

@@ -10,7 +10,7 @@ import torch
 from imle_solvers import IMLE, MapOracle, TopK, TorchOracle
 from imle_solvers.errors import InvalidWeightsError
 from imle_solvers.testing import assert_oracle_contract
-from tests.helpers import EnumOracle, k_subsets
+from tests.support.oracles import EnumOracle, k_subsets
 
 
 def test_good_oracles_pass() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import pickle
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,9 +13,10 @@ import torch
 
 from imle_solvers import IMLE, MapOracle, NoNoise, hamming_loss
 from imle_solvers.errors import InvalidWeightsError
+from tests.support.paths import ROOT
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "custom-adapter.md"
-MARKER = "<!-- the block below is executed by tests/test_custom_adapter.py -->"
+PAGE = ROOT / "docs" / "custom-adapter.md"
+MARKER = "<!-- the block below is executed by tests/adapters/test_custom_adapter.py -->"
 
 
 def _adapter_source() -> str:

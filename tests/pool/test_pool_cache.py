@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from imle_solvers import IMLE, InfeasibleError
 from imle_solvers.pool import SolutionCache, SolverPool
-from tests.test_pool_oracles import FLAG, Enum, Failing, k_subsets
+from tests.support.oracles import Enum, k_subsets
+from tests.support.pool_oracles import FLAG, Failing
 
 STATES = k_subsets(6, 3)
 

@@ -24,7 +24,7 @@ from imle_solvers.errors import (
     MissingExtraError,
     UnboundedError,
 )
-from tests._ilp_cases import SmallILP, small_ilps
+from tests.support.ilp_cases import SmallILP, small_ilps
 
 
 def _check(oracle: ILP, ilp: SmallILP, sense: str) -> None:

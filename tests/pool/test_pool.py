@@ -26,48 +26,18 @@ from imle_solvers import (
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
 from imle_solvers.pool._worker import RemoteTraceback
-from tests.test_pool_oracles import (
-    FLAG,
+from tests.support.oracles import Enum
+from tests.support.paths import ROOT
+from tests.support.pool import STATES, alive, batch, wait_dead
+from tests.support.pool_oracles import (
     BrokenUnpickle,
     CountingPickles,
-    Enum,
     Failing,
     Hang,
     Killer,
     Locked,
     ThreadReport,
-    k_subsets,
 )
-
-STATES = k_subsets(7, 3)  # 35 states: rows of random weights have (almost surely) distinct answers
-
-
-def batch(n: int, seed: int = 0, flag_row: int | None = None) -> np.ndarray:
-    w = np.random.default_rng(seed).normal(size=(n, STATES.shape[1]))
-    if flag_row is not None:
-        w[flag_row, 0] = FLAG
-    return w
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie still answers kill(0): look at its state
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def wait_dead(pids: list[int], seconds: float = 10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +147,7 @@ def test_other_exception_in_worker_keeps_its_type_with_row(proc_pool: SolverPool
     err = info.value
     assert err.rows == (11,)  # type: ignore[attr-defined]
     assert any("batch row 11" in note for note in getattr(err, "__notes__", []))
-    assert "test_pool_oracles.py" in err.worker_traceback  # type: ignore[attr-defined]
+    assert "pool_oracles.py" in err.worker_traceback  # type: ignore[attr-defined]
 
 
 def test_exception_that_does_not_pickle_is_wrapped_with_its_text(proc_pool: SolverPool) -> None:
@@ -307,8 +277,8 @@ import os, signal, sys, threading, time
 import numpy as np
 sys.path.insert(0, os.getcwd())
 from imle_solvers.pool import SolverPool
-from tests.test_pool import STATES, alive, batch, wait_dead
-from tests.test_pool_oracles import Enum
+from tests.support.pool import STATES, alive, batch, wait_dead
+from tests.support.oracles import Enum
 
 with SolverPool(2, "process", fallback=False, chunksize=1) as pool:
     pool.start()
@@ -338,10 +308,9 @@ def test_keyboard_interrupt_during_a_call_stops_workers() -> None:
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(
         [sys.executable, "-c", _CTRL_C_SCRIPT],
-        cwd=root,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -20,7 +20,7 @@ from imle_solvers.errors import (
     MissingExtraError,
     SolverTimeoutError,
 )
-from tests._ilp_cases import SmallILP, independent_set, market_split, small_ilps
+from tests.support.ilp_cases import SmallILP, independent_set, market_split, small_ilps
 
 
 def _exactly(k: int, m: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:

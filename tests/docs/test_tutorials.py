@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+
 TUTORIALS = sorted(ROOT.joinpath("examples").glob("tutorial_*.py"))
 
 

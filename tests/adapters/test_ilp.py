@@ -29,7 +29,8 @@ from imle_solvers.errors import (
     SolverTimeoutError,
     UnboundedError,
 )
-from tests._ilp_cases import assignment, grid_flow, independent_set, market_split
+from tests.support.ilp_cases import assignment, grid_flow, independent_set, market_split
+from tests.support.paths import ROOT
 
 BACKENDS = ["cpsat", "cbc", "highs"]
 
@@ -232,7 +233,7 @@ def test_weight_errors_name_rows(backend: str) -> None:
         oracle.solve(np.zeros(4))
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/test_cpsat.py
+@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/adapters/test_cpsat.py
 def test_time_limit_without_a_feasible_state(backend: str) -> None:
     A, b = market_split()
     oracle = ILP(A.shape[1], A_eq=A, b_eq=b, backend=backend, time_limit=0.01)  # type: ignore[arg-type]
@@ -307,9 +308,8 @@ def test_adapters_page_snippets_run() -> None:
     import contextlib
     import io
     import re
-    from pathlib import Path
 
-    page = Path(__file__).resolve().parents[1] / "docs" / "adapters.md"
+    page = ROOT / "docs" / "adapters.md"
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
     assert len(blocks) >= 4
     for block in blocks:
@@ -349,13 +349,13 @@ def test_solver_pool_ships_every_backend(pool_backend: str) -> None:
 # Each scenario runs in a child interpreter (as the pool's Ctrl-C test does): a stray SIGINT must not stop the
 # test run. The instance is a market-split ILP that no back end solves in under a minute.
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = str(ROOT)
 
 _HARD = """
 import os, signal, sys, threading, time
 import numpy as np
 sys.path.insert(0, os.getcwd())
-from tests._ilp_cases import market_split
+from tests.support.ilp_cases import market_split
 from imle_solvers import ILP
 
 A, b = market_split(5, 40)

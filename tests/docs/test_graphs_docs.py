@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import pathlib
 import re
 
 import pytest
 
-PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "graphs.md"
+from tests.support.paths import ROOT
+
+PAGE = ROOT / "docs" / "graphs.md"
 
 
 def snippets() -> list[str]:

@@ -10,7 +10,8 @@ import pytest
 
 from imle_solvers import InfeasibleError, SolverTimeoutError, WorkerCrashedError
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import FLAG, Enum, Failing, Hang, k_subsets
+from tests.support.oracles import Enum, k_subsets
+from tests.support.pool_oracles import FLAG, Failing, Hang
 
 distributed = pytest.importorskip("distributed")
 

@@ -27,7 +27,8 @@ from imle_solvers.training.methods import scale_grad
 from imle_solvers.training.models import ResNetStemCNN, TerrainCNN, linear_model
 from imle_solvers.training.results import ResultWriter, atomic_write_json, check_output_dir
 from imle_solvers.training.runner import resolved
-from tests.helpers import EnumOracle
+from tests.support.oracles import EnumOracle
+from tests.support.paths import ROOT
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -499,7 +500,7 @@ def test_ctrl_c_in_a_child_process_keeps_the_finished_runs(tmp_path: Path) -> No
         "--out",
         str(out),
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120

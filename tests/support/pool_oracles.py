@@ -1,4 +1,4 @@
-"""Picklable oracles for the pool tests (no tests here: kept light so that workers import it fast)."""
+"""Picklable oracles for the pool tests (kept light: pool workers import this module to unpickle them)."""
 
 from __future__ import annotations
 
@@ -6,43 +6,14 @@ import os
 import signal
 import threading
 import time
-from itertools import combinations
 from typing import Any
 
 import numpy as np
 
-from imle_solvers import InfeasibleError, MapOracle
+from imle_solvers import InfeasibleError
+from tests.support.oracles import Enum
 
 FLAG = 999.0  # weights[0] == FLAG marks the row an oracle misbehaves on
-
-
-def k_subsets(m: int, k: int) -> np.ndarray:
-    """All 0/1 vectors of length m with exactly k ones."""
-    out = np.zeros((0, m))
-    for idx in combinations(range(m), k):
-        z = np.zeros(m)
-        z[list(idx)] = 1.0
-        out = np.vstack([out, z])
-    return out
-
-
-class Enum(MapOracle):
-    """Brute-force MAP over an explicit state list; optional sleep per solve (releases the GIL)."""
-
-    def __init__(self, states: np.ndarray, sense: str = "max", delay: float = 0.0) -> None:
-        self.states = np.asarray(states, dtype=np.float64)
-        self.n_vars = self.states.shape[1]
-        self.sense = sense  # type: ignore[assignment]
-        self.expected_nonzeros = float(self.states.sum(1).mean())
-        self.delay = delay
-        self.solve_calls = 0
-
-    def solve(self, weights: np.ndarray) -> np.ndarray:
-        self.solve_calls += 1
-        if self.delay:
-            time.sleep(self.delay)
-        scores = self.states @ weights
-        return self.states[np.argmax(scores) if self.sense == "max" else np.argmin(scores)].copy()
 
 
 class CountingPickles(Enum):

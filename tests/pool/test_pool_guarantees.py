@@ -24,10 +24,11 @@ from imle_solvers import (
 from imle_solvers.pool import SolutionCache, SolverPool
 from imle_solvers.pool._plan import Entry, chunk_bounds, decide
 from imle_solvers.pool._process import ProcessFleet
-from tests.test_pool import STATES, alive, batch, wait_dead
-from tests.test_pool_oracles import Enum, Exiter, Hang, NestedPool, SafeEnum, Spawner
+from tests.support.oracles import Enum
+from tests.support.paths import ROOT
+from tests.support.pool import STATES, alive, batch, wait_dead
+from tests.support.pool_oracles import Exiter, Hang, NestedPool, SafeEnum, Spawner
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # workers of a child script import this checkout
 
 
@@ -182,7 +183,8 @@ _PARENT_DIES = """
 import sys, numpy as np
 sys.path.insert(0, {root!r})
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import FLAG, Spawner, k_subsets
+from tests.support.oracles import k_subsets
+from tests.support.pool_oracles import FLAG, Spawner
 if __name__ == "__main__":
     states = k_subsets(5, 2)
     w = np.random.default_rng(0).normal(size=(2, 5))
@@ -241,7 +243,8 @@ _THREAD_CTRL_C = """
 import os, signal, sys, threading, numpy as np
 sys.path.insert(0, {root!r})
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import FLAG, Hang, k_subsets
+from tests.support.oracles import k_subsets
+from tests.support.pool_oracles import FLAG, Hang
 w = np.random.default_rng(0).normal(size=(4, 5))
 w[:, 0] = FLAG
 threading.Timer(0.5, signal.pthread_kill, args=(threading.main_thread().ident, signal.SIGINT)).start()
@@ -286,7 +289,7 @@ import sys, numpy as np
 sys.path.insert(0, {root!r})
 from imle_solvers import WorkerCrashedError
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import Enum, k_subsets
+from tests.support.oracles import Enum, k_subsets
 pool = SolverPool(3, "process", fallback=False)   # no `if __name__ == "__main__":` guard
 try:
     pool.solve_batch(Enum(k_subsets(4, 2)), np.zeros((4, 4)))
@@ -347,7 +350,8 @@ import sys, numpy as np
 sys.path.insert(0, {root!r})
 from imle_solvers import WorkerCrashedError
 from imle_solvers.pool import SolverPool
-from tests.test_pool_oracles import FLAG, Enum, Killer, k_subsets
+from tests.support.oracles import Enum, k_subsets
+from tests.support.pool_oracles import FLAG, Killer
 if __name__ == "__main__":
     states = k_subsets(5, 2)
     w = np.random.default_rng(0).normal(size=(6, 5))

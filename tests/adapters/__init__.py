@@ -1,0 +1,1 @@
+"""Tests of the adapters: ILP back ends (CP-SAT, PuLP), graph oracles, custom adapters, PyEPO."""

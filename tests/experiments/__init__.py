@@ -1,0 +1,1 @@
+"""Tests of the experiments: the top-k toy problem, the k-subset VAE, learning to explain."""

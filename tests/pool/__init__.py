@@ -1,0 +1,1 @@
+"""Tests of the solver pool: backends, the solution cache, Dask, and what every backend guarantees."""

@@ -1,0 +1,1 @@
+"""Tests of training: the training command and runner, and the predict-then-optimize data."""
