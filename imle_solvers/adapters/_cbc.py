@@ -153,7 +153,7 @@ class _CbcEngine:
     Each call writes the model file and runs ``cbc model.mps [sec T] branch solution sol.txt``. A CBC
     process kept alive between calls (its interactive mode) was tried and rejected: after a second
     ``import`` CBC keeps the previous model's incumbent with its *old* objective value and prunes the
-    true optimum away (see ``tests/test_pulp.py::test_cbc_objective_changes_between_calls``).
+    true optimum away (see ``tests/adapters/test_pulp.py::test_cbc_objective_changes_between_calls``).
     """
 
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
