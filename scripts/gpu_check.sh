@@ -14,11 +14,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name(0))" | tee -a "$OUT/device.txt"
 
 step "CUDA tests"
-conftest=""
-python3 -c "import hypothesis" 2>/dev/null || conftest="--noconftest"
+# the pool's CUDA test module needs hypothesis; without it the conftest is skipped too
+conftest="" extra="tests/pool/test_pool.py"
+python3 -c "import hypothesis" 2>/dev/null || { conftest="--noconftest"; extra=""; }
 timeout 240 python3 -m pytest -q -p no:cacheprovider $conftest -m cuda -o addopts="" \
     tests/adapters/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py \
-    tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py \
+    tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py $extra \
     2>&1 | tee "$OUT/cuda-tests.txt"
 
 step "noise and layer step, CPU vs CUDA"
