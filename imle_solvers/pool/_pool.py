@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._checks import one_of, positive, positive_int
 from ..errors import ImleSolversError, InvalidWeightsError, SolverTimeoutError
 from ..oracle import MapOracle, TorchOracle, check_oracle
 from ._cache import SolutionCache
@@ -138,19 +139,19 @@ class SolverPool:
         dask_address: str | None = None,
         client: Any = None,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if workers is not None and (int(workers) != workers or workers < 1):
-            raise ValueError(f"workers must be a positive integer, got {workers}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-        if chunksize is not None and (int(chunksize) != chunksize or chunksize < 1):
-            raise ValueError(f"chunksize must be a positive integer or None, got {chunksize}")
+        one_of("backend", backend, _BACKENDS)
+        if workers is not None:
+            positive_int("workers", workers)
+        if timeout is not None:
+            positive("timeout", timeout)
+        if chunksize is not None:
+            positive_int("chunksize", chunksize)
         if start_method is None:
             methods = multiprocessing.get_all_start_methods()
             start_method = "forkserver" if "forkserver" in methods else "spawn"
-        if start_method not in ("spawn", "forkserver"):
-            raise ValueError("start_method must be 'spawn' or 'forkserver' ('fork' is unsafe with torch)")
+        if start_method == "fork":
+            raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
+        one_of("start_method", start_method, ("spawn", "forkserver"))
         if (dask_address is not None or client is not None) and backend != "dask":
             raise ValueError("dask_address / client only apply to backend='dask'")
         if backend == "process" and multiprocessing.current_process().daemon:
