@@ -136,6 +136,11 @@ def imle(
     -------
     torch.Tensor
         ``(..., m)`` states for ``S = 1``, ``(..., S, m)`` otherwise; same device and dtype as ``weights``.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, <https://arxiv.org/abs/2106.01798>.
     """
     layer = IMLE(
         oracle,

@@ -51,7 +51,12 @@ NoiseOn = Literal["theta", "costs"]
 
 
 class GradientRule(Protocol):
-    """What the backward pass asks of an estimator (targets implement it, see ``target.py``)."""
+    """What the backward pass asks of an estimator (targets implement it, see ``target.py``).
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 7, <https://arxiv.org/abs/2106.01798>.
+    """
 
     def estimate(
         self,
@@ -109,6 +114,14 @@ class PerturbAndMAP(torch.autograd.Function):
 
     Returns ``(z, ε)``; ε (θ-space, ``[N, S, m]``) is not differentiable. Works under
     `torch.func.grad` and `torch.func.vmap` (the vmapped dimension becomes one more leading dimension).
+
+    References
+    ----------
+    Papandreou & Yuille, "Perturb-and-MAP Random Fields: Using Discrete Optimization to Learn and Sample from
+    Energy Models", ICCV 2011.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, Algorithm 1 and eq. 7,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     @staticmethod
@@ -212,6 +225,11 @@ class PerturbAndMAPLayer(nn.Module):
     target_noise_scale
         Multiplier of ε in the backward's target MAP, ``MAP(θ' + scale·ε)`` (torch-imle's
         ``target_noise_temperature`` divided by its ``noise_temperature``). Default 1: the same ε.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, Algorithm 1 and eq. 7,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     rule: GradientRule

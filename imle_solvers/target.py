@@ -86,6 +86,11 @@ class TargetDistribution(abc.ABC):
     Subclasses implement [`params`][imle_solvers.TargetDistribution.params] and, when the estimate is
     not ``Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)]``, override
     [`estimate`][imle_solvers.TargetDistribution.estimate].
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 6-7,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     @abc.abstractmethod

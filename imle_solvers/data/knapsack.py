@@ -56,6 +56,11 @@ def knapsack(
     backend
         ``"torch"`` ([`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], the default) or an ILP back
         end (``"cpsat"``, ``"cbc"`` or ``"highs"``).
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
     _check(num_samples, num_features, deg, noise_width)
     positive_int("num_items", num_items)

@@ -58,6 +58,14 @@ def shortest_path(
         Float32 features ``(n, p)``, costs ``(n, d)``, optimal paths and objectives; its ``oracle`` is
         `DAGShortestPath.grid(rows, cols)`
         (arc order of the costs).
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
+
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
     _check(num_samples, num_features, deg, noise_width)
     rows, cols = grid

@@ -133,6 +133,11 @@ def terrain_maps(
         (`TERRAIN_COSTS` of each cell's type, row-major); solutions: cheapest 8-neighbour
         top-left → bottom-right paths as cell masks; ``oracle`` is
         [`GridShortestPath`][imle_solvers.GridShortestPath] ``(K, K)``. ``info["types"]`` holds the type maps.
+
+    References
+    ----------
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
     non_negative_int("num_samples", num_samples)
     integer_at_least("size", size, 2)

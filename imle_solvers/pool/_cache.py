@@ -51,6 +51,11 @@ class SolutionCache(MapOracle):
         ``expected_nonzeros`` and ``in_process_safe``.
     hits, misses
         Rows answered from the cache and rows sent to the solver.
+
+    References
+    ----------
+    Mulamba, Mandi, Diligenti, Lombardi, Bucarey & Guns, "Contrastive Losses and Solution Caching for
+    Predict-and-Optimize", IJCAI 2021, <https://arxiv.org/abs/2011.05354>.
     """
 
     def __init__(

@@ -52,6 +52,12 @@ class PoolPlan:
         Human-readable reason for the decision.
     wall_s
         Time the call took.
+
+    References
+    ----------
+    Python documentation, ``multiprocessing.pool.Pool.map`` and its ``chunksize`` (rows are sent to workers in
+    chunks in the same way),
+    <https://docs.python.org/3/library/multiprocessing.html#multiprocessing.pool.Pool.map>.
     """
 
     backend: str

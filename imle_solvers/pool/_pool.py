@@ -113,6 +113,18 @@ class SolverPool:
     instances are always solved in the caller (the layers never send them here: they solve on the
     weights' device).
 
+    References
+    ----------
+    Python documentation, "concurrent.futures — Launching parallel tasks" (the futures of the thread backend),
+    <https://docs.python.org/3/library/concurrent.futures.html>.
+
+    Python documentation, "multiprocessing — Process-based parallelism" (start methods, pipes and
+    ``multiprocessing.connection.wait`` of the process backend),
+    <https://docs.python.org/3/library/multiprocessing.html>.
+
+    Dask.distributed documentation (``Client.scatter`` and futures, the Dask backend),
+    <https://distributed.dask.org/en/stable/>.
+
     Examples
     --------
     >>> import numpy as np

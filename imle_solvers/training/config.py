@@ -186,6 +186,17 @@ class TrainConfig:
         Folder for ``results.json``, ``curves.png`` and one ``runs/<method>-seed<seed>.json`` per run.
     show_progress
         Progress bars and a line per finished run.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, sec. 6 and appendix,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     problem: str = "shortest-path"

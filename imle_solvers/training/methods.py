@@ -89,6 +89,14 @@ class Method:
     """A named training method: ``loss(ĉ, batch) -> (loss for backward, per-instance loss to report)``.
 
     ``batch`` is a `Batch` or a plain ``(x, c, z*, f*)`` tuple.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, <https://arxiv.org/abs/2106.01798>.
     """
 
     name: str
