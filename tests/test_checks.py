@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from imle_solvers import (
@@ -19,8 +20,6 @@ from imle_solvers import (
     SumOfGamma,
     TopK,
 )
-import numpy as np
-
 from imle_solvers._checks import (
     distinct,
     in_range,

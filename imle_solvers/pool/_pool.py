@@ -1,4 +1,4 @@
-"""`SolverPool`: over 400 lines as one class, a fifth of them the user documentation of its options.
+"""`SolverPool`: over 400 lines as one class, a quarter of them its user documentation (docstrings).
 
 Its options, its lifecycle and one solving call. The backends live beside this module (`_thread.py`,
 `_process.py`, `_dask.py`, one ``Runner`` interface in `_runner.py`), solving in the caller in
