@@ -2,23 +2,40 @@
 
 Declared once, as `torch.distributions` declares its constraints, so that every hyper-parameter of the
 library fails the same way (a ``ValueError`` naming the argument, what it must be, and what it was).
+Numbers are Python or NumPy scalars (``numbers.Real``, booleans excluded). An empty ``name`` leaves the
+naming to the caller: ``"must be …, got …"`` (a command-line parser prefixes the option).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["in_range", "non_negative", "one_of", "positive", "positive_int"]
+__all__ = [
+    "distinct",
+    "in_range",
+    "integer_at_least",
+    "non_negative",
+    "non_negative_int",
+    "one_of",
+    "positive",
+    "positive_int",
+]
 
 
 def _fail(name: str, requirement: str, value: Any) -> ValueError:
-    return ValueError(f"{name} must be {requirement}, got {value!r}")
+    subject = f"{name} must be" if name else "must be"
+    return ValueError(f"{subject} {requirement}, got {value!r}")
 
 
 def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _integral(value: Any) -> bool:
+    return _real(value) and int(value) == value
 
 
 def positive(name: str, value: Any) -> float:
@@ -37,8 +54,22 @@ def non_negative(name: str, value: Any) -> float:
 
 def positive_int(name: str, value: Any) -> int:
     """``value`` as an int if it is an integer >= 1 (``3.0`` is accepted, ``2.5`` and ``True`` are not)."""
-    if not (_real(value) and int(value) == value and value >= 1):
+    if not (_integral(value) and value >= 1):
         raise _fail(name, "a positive integer", value)
+    return int(value)
+
+
+def non_negative_int(name: str, value: Any) -> int:
+    """``value`` as an int if it is an integer >= 0 (``0.0`` is accepted, ``-1`` and ``False`` are not)."""
+    if not (_integral(value) and value >= 0):
+        raise _fail(name, "a non-negative integer", value)
+    return int(value)
+
+
+def integer_at_least(name: str, value: Any, low: int) -> int:
+    """``value`` as an int if it is an integer >= ``low``."""
+    if not (_integral(value) and value >= low):
+        raise _fail(name, f"an integer >= {low}", value)
     return int(value)
 
 
@@ -60,3 +91,11 @@ def one_of(name: str, value: Any, choices: Iterable[Any]) -> Any:
     if value not in options:
         raise _fail(name, "one of " + ", ".join(repr(c) for c in options), value)
     return value
+
+
+def distinct(name: str, values: Iterable[Any]) -> tuple[Any, ...]:
+    """``values`` as a tuple if it is non-empty and without repeats."""
+    items = tuple(values)
+    if not items or len(set(items)) != len(items):
+        raise _fail(name, "non-empty and without repeats", list(items))
+    return items

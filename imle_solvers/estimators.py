@@ -1,7 +1,7 @@
 """Baseline gradient estimators on the same oracle API as I-MLE, for head-to-head comparisons.
 
-All of them run through [`PerturbAndMAP`][imle_solvers.imle.PerturbAndMAP] (the one autograd function
-of the library); they differ in the forward noise and the backward *gradient rule*:
+All of them run through [`PerturbAndMAP`][imle_solvers.perturb_and_map.PerturbAndMAP] (the one
+autograd function of the library); they differ in the forward noise and the backward *gradient rule*:
 
 * [`STE`][imle_solvers.STE] — straight-through: ``∂z/∂θ ≈ I`` (Bengio et al. 2013; paper sec. 3.1).
 * [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ``
@@ -20,9 +20,9 @@ from typing import Literal
 import torch
 
 from ._checks import one_of
-from .imle import PerturbAndMAPLayer
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal
 from .oracle import BatchSolver, MapOracle
+from .perturb_and_map import PerturbAndMAPLayer
 from .target import PerturbedTarget, Solve
 
 __all__ = ["STE", "Blackbox", "PerturbedOptimizer"]

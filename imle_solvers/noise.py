@@ -27,7 +27,16 @@ Shape = tuple[int, ...]
 
 
 class NoiseDistribution(abc.ABC):
-    """A perturbation distribution ρ(ε) over ``R^m`` (paper, eq. 7: ``ε_i ~ ρ(ε)``)."""
+    """A perturbation distribution ρ(ε) over ``R^m`` (paper, eq. 7: ``ε_i ~ ρ(ε)``).
+
+    References
+    ----------
+    Papandreou & Yuille, "Perturb-and-MAP Random Fields: Using Discrete Optimization to Learn and Sample from
+    Energy Models", ICCV 2011.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 7 and Algorithm 1,
+    <https://arxiv.org/abs/2106.01798>.
+    """
 
     @abc.abstractmethod
     def sample(
@@ -316,6 +325,11 @@ class Normal(NoiseDistribution):
     ----------
     sigma
         Standard deviation σ > 0.
+
+    References
+    ----------
+    Berthet, Blondel, Teboul, Cuturi, Vert & Bach, "Learning with Differentiable Perturbed Optimizers",
+    NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
     """
 
     sigma: float = 1.0
@@ -336,7 +350,16 @@ class Normal(NoiseDistribution):
 
 @dataclasses.dataclass(frozen=True)
 class NoNoise(NoiseDistribution):
-    """The Dirac delta at 0 (``ρ = δ₀``): plain MAP. I-MLE with it is the blackbox estimator (sec. 3.1)."""
+    """The Dirac delta at 0 (``ρ = δ₀``): plain MAP. I-MLE with it is the blackbox estimator (sec. 3.1).
+
+    References
+    ----------
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, sec. 3.1,
+    <https://arxiv.org/abs/2106.01798>.
+    """
 
     def sample(
         self,

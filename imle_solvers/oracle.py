@@ -72,6 +72,11 @@ class MapOracle(abc.ABC):
     must not
     modify ``weights`` in place (they may be a view of the caller's tensor).
     Ties may be broken arbitrarily but deterministically.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 2-3 and Example 3,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     sense: Sense = "max"
@@ -166,6 +171,10 @@ class TorchOracle(MapOracle):
     Implement `solve_torch`; `solve` and `solve_batch` (numpy) are derived from it,
     so a ``TorchOracle`` also works anywhere a [`MapOracle`][imle_solvers.MapOracle] is expected.
     It is ``in_process_safe``: pools solve it in the caller.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 3, <https://arxiv.org/abs/2106.01798>.
     """
 
     in_process_safe: bool = True

@@ -15,7 +15,9 @@ Targets, from the most to the least robust:
   target step has a size relative to θ + ε, whatever the scale of the loss; the estimate is linear in
   ``∇z L``.
 * [`AdaptiveTarget`][imle_solvers.AdaptiveTarget]: AI-MLE (Minervini et al., AAAI 2023), λ adapted
-  online to a target gradient sparsity; linear in ``∇z L``.
+  online to a target gradient sparsity; linear in ``∇z L``. It and its per-row variant
+  [`RowAdaptiveTarget`][imle_solvers.RowAdaptiveTarget] are defined in ``adaptive.py`` and re-exported
+  here.
 * [`PerturbedTarget`][imle_solvers.PerturbedTarget]: the paper's fixed-λ PID target (eq. 8). The step
   ``λ ∇z L`` moves with the scale of the loss: a ``.mean()`` over a large batch can shrink it below
   the gaps of θ + ε, and the gradient becomes exactly zero (the target warns).
@@ -27,14 +29,12 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 import warnings
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
-from ._checks import in_range, non_negative, positive
+from ._checks import positive
 
 __all__ = [
     "AdaptiveTarget",
@@ -49,7 +49,7 @@ Solve = Callable[[torch.Tensor], torch.Tensor]
 """``solve(θ_batch)``: batched ``MAP`` of ``[N, S', m]`` θ-space weights (one oracle / pool call)."""
 
 
-def _difference(
+def map_difference(
     theta: torch.Tensor, eps: torch.Tensor, z: torch.Tensor, step: torch.Tensor, solve: Solve, two_sided: bool
 ) -> torch.Tensor:
     """``MAP(θ + ε) − MAP(θ − step + ε)`` per sample, or the two-sided
@@ -61,7 +61,7 @@ def _difference(
     return z - solve(theta - step + eps)  # z − z', z' = MAP(θ' + ε) with the same ε
 
 
-def _pid(
+def pid_estimate(
     theta: torch.Tensor,
     eps: torch.Tensor,
     z: torch.Tensor,
@@ -75,7 +75,7 @@ def _pid(
     ``step = λ ∇zL`` (``[N, S, m]``); ``inverse_lam`` = 1/λ broadcasts against ``[N, S, 1]`` (a
     multiplier, so that a λ beyond the float range gives a tiny estimate, not 0·∞).
     """
-    diff = _difference(theta, eps, z, step, solve, two_sided)  # [N, S, m]
+    diff = map_difference(theta, eps, z, step, solve, two_sided)  # [N, S, m]
     per_sample = diff * inverse_lam  # eq. 7 per sample   [N, S, m]
     return per_sample.sum(dim=1)  # Σ over the S samples (autograd's rule)         [N, m]
 
@@ -86,6 +86,11 @@ class TargetDistribution(abc.ABC):
     Subclasses implement [`params`][imle_solvers.TargetDistribution.params] and, when the estimate is
     not ``Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)]``, override
     [`estimate`][imle_solvers.TargetDistribution.estimate].
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 6-7,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     @abc.abstractmethod
@@ -195,7 +200,7 @@ class RelativeTarget(TargetDistribution):
         solve: Solve,
     ) -> torch.Tensor:
         step, inverse = self._step(theta + eps, grad_z)  # λ_eff ∇zL, 1/λ_eff   [N, S, m], [N, S, 1]
-        return _pid(theta, eps, z, step, inverse, solve, self.two_sided)
+        return pid_estimate(theta, eps, z, step, inverse, solve, self.two_sided)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +248,7 @@ class PerturbedTarget(TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        return _pid(theta, eps, z, self.lam * grad_z, 1.0 / self.lam, solve, self.two_sided)
+        return pid_estimate(theta, eps, z, self.lam * grad_z, 1.0 / self.lam, solve, self.two_sided)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,209 +273,6 @@ class OptimalTarget(TargetDistribution):
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         return torch.where(grad_z == 0, theta, -grad_z)  # eq. 10
-
-
-class AdaptiveTarget(nn.Module, TargetDistribution):
-    """Adaptive I-MLE (AI-MLE, Minervini, Franceschi & Niepert, AAAI 2023), as published.
-
-    One λ for the whole batch, relative to the norms of θ and of the upstream gradient::
-
-        λ = β · ‖θ‖ / ‖∇z L‖          (Frobenius norms over the batch's N·S rows; 0 when ∇z L = 0)
-        θ' = θ − λ ∇z L,   ∇θ L ≈ Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)] / λ
-
-    After every backward pass β moves additively towards a target *number of nonzero gradient
-    entries per sample*: ``n̄ ← decay·n̄ + (1 − decay)·nnz/(N·S)`` (an exponential moving average),
-    then ``u ← momentum·u ± step`` (+ while ``n̄ < nonzero_target``, − otherwise) and
-    ``β ← max(β + u, 0)``. β, n̄ and u are buffers: they move with ``.to(device)``, are saved in the
-    owning layer's ``state_dict`` and are updated on the device with no host synchronisation.
-
-    The estimate is linear in ``∇z L``: multiplying the loss by α leaves θ' unchanged and multiplies
-    the gradient by α. The reference implementation divides by a λ computed from θ *without* the
-    repetition over samples (√S smaller than its step's λ); here one λ serves both, as eq. 7 reads.
-
-    Parameters
-    ----------
-    nonzero_target
-        Target number of nonzero gradient entries per sample (the reference's ``target_norm``).
-    beta
-        Initial β ≥ 0.
-    step
-        Additive update of β per backward pass (the reference's ``beta_update_step``).
-    momentum
-        Momentum of the β update (``beta_update_momentum``).
-    decay
-        Decay of the moving average of the nonzero count (``grad_norm_decay_rate``).
-    initial_nonzeros
-        Initial value of the moving average (``initial_grad_norm``).
-    two_sided
-        Use the central difference ``[MAP(θ + λ∇zL + ε) − MAP(θ − λ∇zL + ε)] / (2λ)``
-        (the reference's ``symmetric_perturbation``).
-
-    References
-    ----------
-    Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
-    Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
-    """
-
-    beta: torch.Tensor
-    nonzeros: torch.Tensor
-    last_update: torch.Tensor
-
-    def __init__(
-        self,
-        nonzero_target: float = 1.0,
-        beta: float = 1.0,
-        *,
-        step: float = 1e-4,
-        momentum: float = 0.0,
-        decay: float = 0.9,
-        initial_nonzeros: float = 1.0,
-        two_sided: bool = False,
-    ) -> None:
-        super().__init__()
-        positive("AdaptiveTarget nonzero_target", nonzero_target)
-        non_negative("AdaptiveTarget beta", beta)
-        non_negative("AdaptiveTarget step", step)
-        in_range("AdaptiveTarget momentum", momentum, 0, 1)
-        in_range("AdaptiveTarget decay", decay, 0, 1)
-        self.nonzero_target = float(nonzero_target)
-        self.step = float(step)
-        self.momentum = float(momentum)
-        self.decay = float(decay)
-        self.two_sided = bool(two_sided)
-        self.register_buffer("beta", torch.tensor(float(beta), dtype=torch.float64))
-        self.register_buffer("nonzeros", torch.tensor(float(initial_nonzeros), dtype=torch.float64))
-        self.register_buffer("last_update", torch.tensor(0.0, dtype=torch.float64))
-
-    def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """λ = β‖θ‖/‖∇zL‖ over the whole batch (0 when ∇zL = 0), a 0-dim tensor on θ's device.
-
-        ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
-        step, so that S identical samples under a loss averaged over S give the one-sample gradient.
-        """
-        beta = self.beta.to(device=theta.device, dtype=theta.dtype)
-        repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
-        theta_norm = torch.linalg.vector_norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
-        grad_norm = torch.linalg.vector_norm(grad_z)  # ‖∇zL‖ over the batch   []
-        ratio = theta_norm / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))
-        return torch.where(grad_norm > 0, beta * ratio, torch.zeros_like(ratio))
-
-    def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        return theta - self.lam(theta, grad_z) * grad_z  # θ' = θ − λ ∇zL
-
-    def estimate(
-        self,
-        theta: torch.Tensor,
-        eps: torch.Tensor,
-        z: torch.Tensor,
-        grad_z: torch.Tensor,
-        solve: Solve,
-    ) -> torch.Tensor:
-        lam = self.lam(theta, grad_z)  # λ   []
-        divisor = torch.where(lam > 0, lam, torch.ones_like(lam))  # λ = 0 only where z' = z
-        diff = _difference(theta, eps, z, lam * grad_z, solve, self.two_sided)  # [N, S, m]
-        self._update(diff)
-        return (diff / divisor).sum(dim=1)  # Σ over samples   [N, m]
-
-    @torch.no_grad()
-    def _update(self, diff: torch.Tensor) -> None:
-        """One step of the published β update, on the buffers' device (moved to ``diff``'s first)."""
-        if self.beta.device != diff.device:
-            for name in ("beta", "nonzeros", "last_update"):
-                setattr(self, name, getattr(self, name).to(diff.device))
-        n, s = diff.shape[0], diff.shape[1]
-        if n * s == 0:
-            return
-        nnz = torch.count_nonzero(diff).to(torch.float64) / (n * s)  # nonzeros per sample   []
-        self.nonzeros.mul_(self.decay).add_((1 - self.decay) * nnz)  # n̄ ← decay·n̄ + (1−decay)·nnz
-        direction = torch.where(self.nonzeros < self.nonzero_target, 1.0, -1.0).to(torch.float64)
-        update = self.momentum * self.last_update + direction * self.step  # u ← μu ± step
-        self.beta.add_(update).clamp_(min=0.0)  # β ← max(β + u, 0)
-        self.last_update.copy_(update)
-
-    def extra_repr(self) -> str:
-        return (
-            f"nonzero_target={self.nonzero_target}, beta={float(self.beta):.4g}, step={self.step}, "
-            f"momentum={self.momentum}, two_sided={self.two_sided}"
-        )
-
-    __hash__ = nn.Module.__hash__
-
-
-@dataclasses.dataclass
-class RowAdaptiveTarget(TargetDistribution):
-    """A per-row variant of adaptive I-MLE: λ per row, adapted multiplicatively to a nonzero *fraction*.
-
-    ``λ = α · max(‖θ‖, min_norm) / ‖∇z L‖`` per row, so that the target step has a size relative to
-    θ; after every backward pass α grows by ``exp(step)`` when the fraction of nonzero gradient
-    entries is below ``nonzero_target`` and shrinks by it otherwise. The difference is divided by λ as
-    in [`PerturbedTarget`][imle_solvers.PerturbedTarget]. [`AdaptiveTarget`][imle_solvers.AdaptiveTarget]
-    is the published algorithm; this variant keeps its state (α) as a plain attribute.
-
-    Parameters
-    ----------
-    nonzero_target
-        Target fraction (0, 1] of nonzero gradient entries.
-    alpha
-        Initial factor α > 0.
-    step
-        Log-step of the multiplicative update of α (0 freezes α).
-    two_sided
-        Use the central difference.
-    min_norm
-        Floor on ‖θ‖, so that λ is not stuck at 0 when θ starts at 0.
-
-    References
-    ----------
-    Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
-    Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
-    """
-
-    nonzero_target: float = 0.1
-    alpha: float = 1.0
-    step: float = 0.05
-    two_sided: bool = False
-    min_norm: float = 1.0
-
-    def __post_init__(self) -> None:
-        in_range("RowAdaptiveTarget nonzero_target", self.nonzero_target, 0, 1, closed="(]")
-        positive("RowAdaptiveTarget alpha", self.alpha)
-        positive("RowAdaptiveTarget min_norm", self.min_norm)
-        non_negative("RowAdaptiveTarget step", self.step)
-
-    def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
-        theta_norm = torch.linalg.vector_norm(theta, dim=-1, keepdim=True)  # ‖θ‖    [N, 1, 1]
-        theta_norm = theta_norm.clamp_min(self.min_norm)
-        grad_norm = torch.linalg.vector_norm(grad_z, dim=-1, keepdim=True)  # ‖∇zL‖  [N, S, 1]
-        tiny = torch.finfo(grad_z.dtype).tiny
-        ratio = theta_norm / grad_norm.clamp_min(tiny)
-        return torch.where(grad_norm > 0, self.alpha * ratio, torch.zeros_like(ratio))
-
-    def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        return theta - self.lam(theta, grad_z) * grad_z  # θ' = θ − λ ∇zL
-
-    def estimate(
-        self,
-        theta: torch.Tensor,
-        eps: torch.Tensor,
-        z: torch.Tensor,
-        grad_z: torch.Tensor,
-        solve: Solve,
-    ) -> torch.Tensor:
-        lam = self.lam(theta, grad_z)  # [N, S, 1]
-        divisor = torch.where(lam > 0, lam, torch.ones_like(lam))
-        grad = _pid(theta, eps, z, lam * grad_z, 1.0 / divisor, solve, self.two_sided)
-        self._update(grad)
-        return grad
-
-    def _update(self, grad: torch.Tensor) -> None:
-        """α ← α·exp(±step) so that the nonzero fraction of the gradient tracks the target."""
-        if self.step == 0 or grad.numel() == 0:
-            return
-        nonzero = float((grad != 0).to(torch.float32).mean())
-        direction = 1.0 if nonzero < self.nonzero_target else -1.0
-        self.alpha = float(min(max(self.alpha * math.exp(direction * self.step), 1e-6), 1e6))
 
 
 def warn_if_mostly_zero(
@@ -500,3 +302,8 @@ def warn_if_mostly_zero(
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+# The adaptive targets subclass TargetDistribution and use the PID helpers above: imported last, so that
+# `imle_solvers.target.AdaptiveTarget` and `imle_solvers.target.RowAdaptiveTarget` keep working.
+from .adaptive import AdaptiveTarget, RowAdaptiveTarget  # noqa: E402

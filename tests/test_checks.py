@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from imle_solvers import (
@@ -19,13 +20,29 @@ from imle_solvers import (
     SumOfGamma,
     TopK,
 )
-from imle_solvers._checks import in_range, non_negative, one_of, positive, positive_int
+from imle_solvers._checks import (
+    distinct,
+    in_range,
+    integer_at_least,
+    non_negative,
+    non_negative_int,
+    one_of,
+    positive,
+    positive_int,
+)
 
 
 def test_helpers_accept_and_convert() -> None:
     assert positive("x", 2) == 2.0 and non_negative("x", 0) == 0.0 and positive_int("n", 3.0) == 3
     assert in_range("p", 0.0, 0, 1) == 0.0 and in_range("p", 1.0, 0, 1, closed="(]") == 1.0
     assert one_of("mode", "a", ("a", "b")) == "a"
+    assert non_negative_int("n", 0.0) == 0 and integer_at_least("size", 2, 2) == 2
+    assert distinct("seeds", [3, 1]) == (3, 1)
+
+
+def test_helpers_accept_numpy_scalars() -> None:
+    assert positive_int("n", np.int64(3)) == 3 and type(positive_int("n", np.int64(3))) is int
+    assert positive("tau", np.float32(0.5)) == 0.5 and in_range("p", np.float64(0.25), 0, 1) == 0.25
 
 
 @pytest.mark.parametrize(
@@ -41,6 +58,13 @@ def test_helpers_accept_and_convert() -> None:
         (lambda: in_range("momentum", 1.0, 0, 1), r"^momentum must be in \[0, 1\), got 1\.0$"),
         (lambda: in_range("p", 0.0, 0, 1, closed="(]"), r"must be in \(0, 1\]"),
         (lambda: one_of("noise_on", "x", ("theta", "costs")), r"one of 'theta', 'costs', got 'x'"),
+        (lambda: positive_int("n", np.bool_(True)), r"got np\.True_|got True"),
+        (lambda: non_negative_int("n", -1), r"^n must be a non-negative integer, got -1$"),
+        (lambda: non_negative_int("n", False), r"got False"),
+        (lambda: integer_at_least("size", 1, 2), r"^size must be an integer >= 2, got 1$"),
+        (lambda: distinct("seeds", []), r"^seeds must be non-empty and without repeats, got \[\]$"),
+        (lambda: distinct("seeds", (1, 1)), r"without repeats, got \[1, 1\]$"),
+        (lambda: positive("", 0), r"^must be a finite number > 0, got 0$"),  # the caller names it
     ],
 )
 def test_helpers_reject_with_one_format(check: Callable[[], object], message: str) -> None:

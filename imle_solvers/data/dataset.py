@@ -40,6 +40,14 @@ class PTODataset(Dataset):  # type: ignore[type-arg]
         ``(n, m)`` optimal states; solved with ``oracle`` (one batched call) when not given.
     info
         Free-form description of how the data were generated (recorded in result files).
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
+
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
 
     def __init__(
@@ -108,6 +116,11 @@ def spo_costs(x: np.ndarray, basis: np.ndarray, deg: int, eps: np.ndarray) -> np
         Polynomial degree (model misspecification for a linear predictor grows with it).
     eps
         ``(n, d)`` multiplicative noise ``ε ~ U[1 − ē, 1 + ē]``.
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
     """
     p = x.shape[1]
     return ((x @ basis.T / np.sqrt(p) + 3.0) ** deg + 1.0) / 3.5**deg * eps  # [n, d]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from .._checks import positive_int
 from ..adapters.knapsack import TorchKnapsack
 from ..oracle import MapOracle
 from .dataset import PTODataset, spo_costs
@@ -55,10 +56,15 @@ def knapsack(
     backend
         ``"torch"`` ([`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], the default) or an ILP back
         end (``"cpsat"``, ``"cbc"`` or ``"highs"``).
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
     _check(num_samples, num_features, deg, noise_width)
-    if int(num_items) != num_items or num_items < 1 or int(dim) != dim or dim < 1:
-        raise ValueError(f"num_items and dim must be positive integers, got {num_items}, {dim}")
+    positive_int("num_items", num_items)
+    positive_int("dim", dim)
     rnd = np.random.RandomState(seed)
     weights = rnd.choice(range(300, 800), size=(dim, num_items)) / 100  # W ∈ [3, 8)   [dim, m]
     basis = rnd.binomial(1, 0.5, (num_items, num_features))  # B   [m, p]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._checks import in_range, non_negative_int, positive_int
 from ..adapters.dag import DAGShortestPath
 from .dataset import PTODataset, spo_costs
 
@@ -57,6 +58,14 @@ def shortest_path(
         Float32 features ``(n, p)``, costs ``(n, d)``, optimal paths and objectives; its ``oracle`` is
         `DAGShortestPath.grid(rows, cols)`
         (arc order of the costs).
+
+    References
+    ----------
+    Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
+    <https://arxiv.org/abs/1710.08005>.
+
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
     _check(num_samples, num_features, deg, noise_width)
     rows, cols = grid
@@ -80,11 +89,7 @@ def shortest_path(
 
 
 def _check(num_samples: int, num_features: int, deg: int, noise_width: float) -> None:
-    if int(num_samples) != num_samples or num_samples < 0:
-        raise ValueError(f"num_samples must be a non-negative integer, got {num_samples}")
-    if int(num_features) != num_features or num_features < 1:
-        raise ValueError(f"num_features must be a positive integer, got {num_features}")
-    if int(deg) != deg or deg < 1:
-        raise ValueError(f"deg must be a positive integer, got {deg}")
-    if not 0.0 <= noise_width < 1.0:
-        raise ValueError(f"noise_width must be in [0, 1), got {noise_width}")
+    non_negative_int("num_samples", num_samples)
+    positive_int("num_features", num_features)
+    positive_int("deg", deg)
+    in_range("noise_width", noise_width, 0, 1)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._checks import integer_at_least, non_negative_int, one_of
 from .cache import cache_dir
 from .dataset import PTODataset
 
@@ -132,15 +133,17 @@ def terrain_maps(
         (`TERRAIN_COSTS` of each cell's type, row-major); solutions: cheapest 8-neighbour
         top-left → bottom-right paths as cell masks; ``oracle`` is
         [`GridShortestPath`][imle_solvers.GridShortestPath] ``(K, K)``. ``info["types"]`` holds the type maps.
+
+    References
+    ----------
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
-    if int(num_samples) != num_samples or num_samples < 0:
-        raise ValueError(f"num_samples must be a non-negative integer, got {num_samples}")
-    if int(size) != size or size < 2:
-        raise ValueError(f"size must be an integer >= 2, got {size}")
-    if int(pixels) != pixels or pixels < 2 or pixels % 2:
+    non_negative_int("num_samples", num_samples)
+    integer_at_least("size", size, 2)
+    if int(pixels) != pixels or pixels < 2 or pixels % 2:  # no helper says "even"
         raise ValueError(f"pixels must be an even integer >= 2, got {pixels}")
-    if image_dtype not in (torch.float32, torch.uint8):
-        raise ValueError(f"image_dtype must be torch.float32 or torch.uint8, got {image_dtype}")
+    one_of("image_dtype", image_dtype, (torch.float32, torch.uint8))
     if cache and image_dtype != torch.uint8:
         raise ValueError("cache=True stores uint8 images: pass image_dtype=torch.uint8")
     from ..adapters.graphs import GridShortestPath

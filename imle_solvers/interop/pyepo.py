@@ -55,6 +55,11 @@ class PyEPOOracle(MapOracle):
     MissingExtraError
         When PyEPO is not installed.
 
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
     Examples
     --------
     >>> from pyepo.model.ort import shortestPathModel          # doctest: +SKIP
@@ -120,6 +125,11 @@ def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
     ------
     ValueError
         When the oracle's `n_vars` differs from the data set's number of costs.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
     if oracle is None:
         oracle = PyEPOOracle(optdataset.model)

@@ -10,7 +10,9 @@ would not pay (see [`PoolPlan`][imle_solvers.pool.PoolPlan]).
 and lives here too.
 
 Modules: ``_pool`` (the pool), ``_plan`` (the cost model), ``_runner`` (the backend interface),
-``_thread``, ``_process``, ``_dask`` (the backends), ``_worker`` (what runs in a worker), ``_cache``.
+``_serial`` (solving in the caller), ``_thread``, ``_process``, ``_dask`` (the backends),
+``_worker_process`` (a worker process seen from the caller), ``_worker`` (what runs in a worker),
+``_cache``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._checks import in_range, positive_int
 from ..errors import ImleSolversError, InvalidWeightsError
 from ..oracle import MapOracle, check_oracle
 
@@ -50,6 +51,11 @@ class SolutionCache(MapOracle):
         ``expected_nonzeros`` and ``in_process_safe``.
     hits, misses
         Rows answered from the cache and rows sent to the solver.
+
+    References
+    ----------
+    Mulamba, Mandi, Diligenti, Lombardi, Bucarey & Guns, "Contrastive Losses and Solution Caching for
+    Predict-and-Optimize", IJCAI 2021, <https://arxiv.org/abs/2011.05354>.
     """
 
     def __init__(
@@ -61,10 +67,8 @@ class SolutionCache(MapOracle):
         pool: BatchSolver | None = None,
     ) -> None:
         check_oracle(oracle)
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"p must be in [0, 1], got {p}")
-        if int(max_size) != max_size or max_size < 1:
-            raise ValueError(f"max_size must be a positive integer, got {max_size}")
+        in_range("p", p, 0, 1, closed="[]")
+        positive_int("max_size", max_size)
         self.p = float(p)
         self.max_size = int(max_size)
         self.pool = pool

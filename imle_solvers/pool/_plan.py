@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Decision", "Entry", "PoolPlan", "chunk_bounds", "decide", "ema"]
+__all__ = ["Decision", "Entry", "PoolPlan", "choose", "chunk_bounds", "decide", "ema"]
 
 # A-priori fixed cost of one parallel call (dispatch, wake-up, gather), refined by measurement.
 DEFAULT_OVERHEAD_S = {"process": 1.5e-3, "thread": 2e-4, "dask": 2e-2}
@@ -52,6 +52,12 @@ class PoolPlan:
         Human-readable reason for the decision.
     wall_s
         Time the call took.
+
+    References
+    ----------
+    Python documentation, ``multiprocessing.pool.Pool.map`` and its ``chunksize`` (rows are sent to workers in
+    chunks in the same way),
+    <https://docs.python.org/3/library/multiprocessing.html#multiprocessing.pool.Pool.map>.
     """
 
     backend: str
@@ -173,3 +179,50 @@ def decide(
         mode = "in-process" if mode == "parallel" else "parallel"
         reason = f"re-measuring the {mode} path ({reason})"
     return Decision(mode=mode, reason=reason, est_serial_s=est_serial, est_parallel_s=est_parallel)
+
+
+def choose(
+    entry: Entry,
+    *,
+    rows: int,
+    in_caller: bool,
+    why_not: str,
+    backend: str,
+    row_bytes: int,
+    workers: int,
+    overhead_s: float,
+    min_parallel_seconds: float,
+    min_speedup: float,
+    chunksize: int | None,
+) -> tuple[Decision, float | None]:
+    """The decision for the ``rows`` rows a call has left after the probe, and the per-row worker time
+    it used (``None`` when not timed).
+
+    ``in_caller``: whether the caller may solve this oracle at all (``why_not`` when not); if it may,
+    `decide` compares the two paths.
+    """
+    timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
+    # in-process per-row time: the lower of the caller's and the workers' (same code, one thread
+    # each); taking the lower one errs towards staying in-process
+    serial_row = min(timed) if timed else None
+    row_s = entry.worker_row_s if entry.worker_row_s is not None else serial_row
+    if rows == 0:
+        return Decision(mode="in-process", reason="all rows solved while timing"), row_s
+    if not in_caller:
+        return Decision(mode="parallel", reason=why_not), row_s
+    if row_s is None or serial_row is None:  # pragma: no cover - the probe timed it
+        return Decision(mode="parallel", reason="not timed yet"), row_s
+    decision = decide(
+        entry,
+        backend=backend,
+        rows=rows,
+        row_bytes=row_bytes,
+        serial_row=serial_row,
+        row_s=row_s,
+        workers=workers,
+        overhead_s=overhead_s,
+        min_parallel_seconds=min_parallel_seconds,
+        min_speedup=min_speedup,
+        chunksize=chunksize,
+    )
+    return decision, row_s

@@ -1,7 +1,8 @@
-"""[`SolverPool`][imle_solvers.pool.SolverPool]: its options, its lifecycle and one solving call.
+"""`SolverPool`: over 400 lines as one class, a quarter of them its user documentation (docstrings).
 
-The backends live beside this module (`_thread.py`, `_process.py`, `_dask.py`, one
-``Runner`` interface), the cost model in `_plan.py`.
+Its options, its lifecycle and one solving call. The backends live beside this module (`_thread.py`,
+`_process.py`, `_dask.py`, one ``Runner`` interface in `_runner.py`), solving in the caller in
+`_serial.py`, the cost model in `_plan.py`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._checks import one_of, positive, positive_int
 from ..errors import ImleSolversError, InvalidWeightsError, SolverTimeoutError
 from ..oracle import MapOracle, TorchOracle, check_oracle
 from ._cache import SolutionCache
-from ._plan import DEFAULT_OVERHEAD_S, Decision, Entry, PoolPlan, chunk_bounds, decide, ema
-from ._runner import Deadline, Runner
-from ._worker import ChunkError, raise_failure, solve_chunk
+from ._plan import DEFAULT_OVERHEAD_S, Decision, Entry, PoolPlan, choose, chunk_bounds, ema
+from ._runner import Deadline, Runner, make_runner
+from ._serial import may_solve_in_caller, probe, solve_in_caller
 
 __all__ = ["SolverPool"]
 
@@ -111,6 +113,18 @@ class SolverPool:
     instances are always solved in the caller (the layers never send them here: they solve on the
     weights' device).
 
+    References
+    ----------
+    Python documentation, "concurrent.futures — Launching parallel tasks" (the futures of the thread backend),
+    <https://docs.python.org/3/library/concurrent.futures.html>.
+
+    Python documentation, "multiprocessing — Process-based parallelism" (start methods, pipes and
+    ``multiprocessing.connection.wait`` of the process backend),
+    <https://docs.python.org/3/library/multiprocessing.html>.
+
+    Dask.distributed documentation (``Client.scatter`` and futures, the Dask backend),
+    <https://distributed.dask.org/en/stable/>.
+
     Examples
     --------
     >>> import numpy as np
@@ -137,19 +151,19 @@ class SolverPool:
         dask_address: str | None = None,
         client: Any = None,
     ) -> None:
-        if backend not in _BACKENDS:
-            raise ValueError(f"backend must be one of {_BACKENDS}, got {backend!r}")
-        if workers is not None and (int(workers) != workers or workers < 1):
-            raise ValueError(f"workers must be a positive integer, got {workers}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout must be positive seconds or None, got {timeout}")
-        if chunksize is not None and (int(chunksize) != chunksize or chunksize < 1):
-            raise ValueError(f"chunksize must be a positive integer or None, got {chunksize}")
+        one_of("backend", backend, _BACKENDS)
+        if workers is not None:
+            positive_int("workers", workers)
+        if timeout is not None:
+            positive("timeout", timeout)
+        if chunksize is not None:
+            positive_int("chunksize", chunksize)
         if start_method is None:
             methods = multiprocessing.get_all_start_methods()
             start_method = "forkserver" if "forkserver" in methods else "spawn"
-        if start_method not in ("spawn", "forkserver"):
-            raise ValueError("start_method must be 'spawn' or 'forkserver' ('fork' is unsafe with torch)")
+        if start_method == "fork":
+            raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
+        one_of("start_method", start_method, ("spawn", "forkserver"))
         if (dask_address is not None or client is not None) and backend != "dask":
             raise ValueError("dask_address / client only apply to backend='dask'")
         if backend == "process" and multiprocessing.current_process().daemon:
@@ -259,28 +273,16 @@ class SolverPool:
         """The backend's runner (created on first use; it starts its workers lazily)."""
         runner = self._holder[0]
         if runner is None:
-            if self.backend == "process":
-                from ._process import ProcessFleet
-
-                runner = ProcessFleet(
-                    self.workers,
-                    self.start_method,
-                    self.worker_threads,
-                    self.max_cached_oracles,
-                    retries=self.retries,
-                )
-            elif self.backend == "thread":
-                from ._thread import ThreadRunner
-
-                runner = ThreadRunner(self.workers)
-            elif self.backend == "dask":
-                from ._dask import DaskRunner
-
-                runner = DaskRunner(
-                    self.workers, client=self._client, address=self.dask_address, retries=self.retries
-                )
-            else:  # pragma: no cover - guarded by the callers
-                raise RuntimeError("the serial backend has no runner")
+            runner = make_runner(
+                self.backend,
+                self.workers,
+                start_method=self.start_method,
+                worker_threads=self.worker_threads,
+                max_cached_oracles=self.max_cached_oracles,
+                retries=self.retries,
+                client=self._client,
+                dask_address=self.dask_address,
+            )
             self._holder[0] = runner
         return runner
 
@@ -372,7 +374,7 @@ class SolverPool:
             out = (
                 oracle.solve_batch(weights)
                 if isinstance(oracle, TorchOracle)
-                else self._in_process(oracle, weights, 0, deadline)
+                else solve_in_caller(oracle, weights, 0, deadline)
             )
             finish("in-process", Decision(mode="in-process", reason=reason))
             return out
@@ -380,40 +382,31 @@ class SolverPool:
         entry = self._entry(oracle)
         parts: list[np.ndarray] = []
         done = 0
-        in_caller, why_not = self._may_solve_in_caller(oracle)
+        in_caller, why_not = may_solve_in_caller(
+            oracle, backend=self.backend, timeout=self.timeout, fallback=self.fallback
+        )
         if in_caller and entry.serial_row_s is None and entry.worker_row_s is None:
-            done = self._probe(oracle, weights, entry, parts, deadline)
+            done = probe(oracle, weights, entry, parts, deadline)
+            self._counts["probe_rows"] += done
         rest = n - done
-        timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
-        # in-process per-row time: the lower of the caller's and the workers' (same code, one thread
-        # each); taking the lower one errs towards staying in-process
-        serial_row = min(timed) if timed else None
-        row_s = entry.worker_row_s if entry.worker_row_s is not None else serial_row
-        if rest == 0:
-            decision = Decision(mode="in-process", reason="all rows solved while timing")
-        elif not in_caller:
-            decision = Decision(mode="parallel", reason=why_not)
-        elif row_s is None or serial_row is None:  # pragma: no cover - the probe timed it
-            decision = Decision(mode="parallel", reason="not timed yet")
-        else:
-            decision = decide(
-                entry,
-                backend=self.backend,
-                rows=rest,
-                row_bytes=weights[0].nbytes,
-                serial_row=serial_row,
-                row_s=row_s,
-                workers=workers,
-                overhead_s=self.overhead_s,
-                min_parallel_seconds=self.min_parallel_seconds,
-                min_speedup=self.min_speedup,
-                chunksize=self.chunksize,
-            )
+        decision, row_s = choose(
+            entry,
+            rows=rest,
+            in_caller=in_caller,
+            why_not=why_not,
+            backend=self.backend,
+            row_bytes=weights[0].nbytes,
+            workers=workers,
+            overhead_s=self.overhead_s,
+            min_parallel_seconds=self.min_parallel_seconds,
+            min_speedup=self.min_speedup,
+            chunksize=self.chunksize,
+        )
 
         if decision.mode == "in-process":
             if rest:
                 t1 = time.perf_counter()
-                parts.append(self._in_process(oracle, weights[done:], done, deadline))
+                parts.append(solve_in_caller(oracle, weights[done:], done, deadline))
                 row_wall = (time.perf_counter() - t1) / rest
                 # a whole in-process call is a better measurement than the probe's small blocks
                 entry.serial_row_s = row_wall if entry.serial_probed else ema(entry.serial_row_s, row_wall)
@@ -439,57 +432,6 @@ class SolverPool:
             est_row_s=row_s,
         )
         return out
-
-    def _may_solve_in_caller(self, oracle: MapOracle) -> tuple[bool, str]:
-        """Whether the cost model may pick the caller for this oracle; if not, why."""
-        if self.timeout is not None:  # a solve running in the caller cannot be stopped
-            return False, f"timeout={self.timeout} s: rows are solved where a time-out can stop them"
-        if self.fallback is not None:
-            return self.fallback, "fallback=False"
-        if self.backend == "thread" or getattr(oracle, "in_process_safe", False):
-            return True, ""
-        return False, (
-            f"backend={self.backend!r} keeps {type(oracle).__name__} out of the caller "
-            "(in_process_safe=False; fallback=True allows it)"
-        )
-
-    def _probe(
-        self,
-        oracle: MapOracle,
-        weights: np.ndarray,
-        entry: Entry,
-        parts: list[np.ndarray],
-        deadline: Deadline,
-    ) -> int:
-        """Solve leading rows in the caller to time a new oracle; returns how many were solved.
-
-        Blocks of 2, 4, 8, … rows go through one ``solve_batch``-like call each (an oracle that batches
-        internally is timed as it will run), until ~2 ms were spent or a quarter of the batch is done;
-        the best block's time per row is the estimate (the first block pays for cold caches).
-        """
-        n = weights.shape[0]
-        done, spent, size, rate = 0, 0.0, 2, float("inf")
-        while done < n and (done == 0 or (spent < 2e-3 and done < n // 4)):
-            k = min(size, n - done)
-            t1 = time.perf_counter()
-            parts.append(self._in_process(oracle, weights[done : done + k], done, deadline))
-            dt = time.perf_counter() - t1
-            spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
-        entry.serial_row_s = rate
-        entry.serial_probed = True
-        self._counts["probe_rows"] += done
-        return done
-
-    def _in_process(
-        self, oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline
-    ) -> np.ndarray:
-        try:
-            out, _ = solve_chunk(oracle, weights, start, "in-process", deadline)
-        except ChunkError as err:
-            failed = err
-        else:
-            return out
-        raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
 
     def _parallel(
         self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline

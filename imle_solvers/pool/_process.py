@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import multiprocessing
-import os
 import pickle
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from multiprocessing.connection import wait as mp_wait
 from typing import Any
 
@@ -35,82 +31,10 @@ import numpy as np
 from ..errors import SolverTimeoutError, WorkerCrashedError
 from ._plan import Entry
 from ._runner import Deadline, RunResult
-from ._worker import THREAD_ENV_VARS, ChunkFailure, raise_failure, worker_main
+from ._worker import ChunkFailure, raise_failure
+from ._worker_process import Chunk, WorkerProcess, kill_worker, shutdown_workers, spawn_worker
 
 __all__ = ["ProcessFleet"]
-
-_ENV_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _child_env(threads: int) -> Iterator[None]:
-    """Set the thread-count variables while a child is spawned (it copies the environment)."""
-    with _ENV_LOCK:
-        saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
-        os.environ.update({k: str(threads) for k in THREAD_ENV_VARS})
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-
-@dataclasses.dataclass
-class _Chunk:
-    chunk_id: int
-    start: int
-    stop: int
-    attempts: int = 0
-
-
-@dataclasses.dataclass(eq=False)
-class _Worker:
-    process: Any  # multiprocessing.Process
-    conn: Any  # multiprocessing.connection.Connection
-    ready: bool = False
-    pid: int | None = None
-    tokens: collections.OrderedDict[int, None] = dataclasses.field(default_factory=collections.OrderedDict)
-    job: tuple[int, _Chunk] | None = None  # (call_id, chunk) in flight
-    busy_s: float = 0.0  # solve seconds reported during the current call
-
-
-def _shutdown(workers: list[_Worker], grace: float) -> None:
-    """Stop workers: ask politely, then terminate, then kill; close pipes. Safe to call twice."""
-    for w in workers:
-        with contextlib.suppress(Exception):
-            if w.process.is_alive() and w.job is None and w.ready:
-                w.conn.send(("stop",))
-    end = time.monotonic() + grace
-    for w in workers:
-        with contextlib.suppress(Exception):
-            w.process.join(max(0.0, end - time.monotonic()))
-    for w in workers:
-        _kill(w)
-    workers.clear()
-
-
-def _kill(w: _Worker) -> None:
-    """Kill one worker and its solver children, reap it, close its pipe and process handle.
-
-    A worker leads its own process group (see ``_worker.py``), so ``killpg`` also ends the solver
-    processes it started (``cbc``…). The pid cannot name anyone else's group: Linux does not reuse a
-    pid while a process group of that number exists.
-    """
-    pid = w.process.pid
-    if pid is not None:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(Exception):
-        if w.process.is_alive():
-            w.process.kill()
-        w.process.join(5.0)
-    with contextlib.suppress(Exception):
-        w.conn.close()
-    with contextlib.suppress(Exception):
-        w.process.close()
 
 
 class ProcessFleet:
@@ -150,7 +74,7 @@ class ProcessFleet:
         self.max_oracles = max_oracles
         self.startup_timeout = startup_timeout
         self.retries = retries
-        self.workers: list[_Worker] = []
+        self.workers: list[WorkerProcess] = []
         self.restarts = 0  # workers replaced after a crash or a time-out
         self.shipments = 0  # oracle blobs sent to workers
         self._call_id = 0
@@ -188,18 +112,8 @@ class ProcessFleet:
     def forget(self, entry: Entry) -> None:
         """Nothing to do: workers drop old oracles themselves (least recently used first)."""
 
-    def _spawn(self) -> _Worker:
-        parent, child = self.ctx.Pipe(duplex=True)
-        proc = self.ctx.Process(
-            target=worker_main,
-            args=(child, self.threads, os.getpid()),
-            daemon=True,
-            name="imle-solvers-worker",
-        )
-        with _child_env(self.threads):
-            proc.start()
-        child.close()
-        worker = _Worker(proc, parent)
+    def _spawn(self) -> WorkerProcess:
+        worker = spawn_worker(self.ctx, self.threads)
         self.workers.append(worker)
         return worker
 
@@ -232,7 +146,7 @@ class ProcessFleet:
                 self._replace(w)
             self.spawn_missing()
 
-    def _start_failed(self, w: _Worker, rows: list[int]) -> None:
+    def _start_failed(self, w: WorkerProcess, rows: list[int]) -> None:
         code = w.process.exitcode
         self._discard(w)
         raise WorkerCrashedError(
@@ -245,18 +159,18 @@ class ProcessFleet:
 
     def close(self, grace: float = 1.0) -> None:
         """Stop every worker (idempotent)."""
-        _shutdown(self.workers, grace)
+        shutdown_workers(self.workers, grace)
 
     def kill_all(self) -> None:
         """Kill every worker at once (Ctrl-C path)."""
-        _shutdown(self.workers, 0.0)
+        shutdown_workers(self.workers, 0.0)
 
-    def _discard(self, w: _Worker) -> None:
+    def _discard(self, w: WorkerProcess) -> None:
         with contextlib.suppress(ValueError):
             self.workers.remove(w)
-        _kill(w)
+        kill_worker(w)
 
-    def _replace(self, w: _Worker, rows: list[int] | None = None) -> None:
+    def _replace(self, w: WorkerProcess, rows: list[int] | None = None) -> None:
         if not w.ready:  # no retry: it would print the same traceback again
             self._start_failed(w, rows or [])
         self._discard(w)
@@ -268,13 +182,13 @@ class ProcessFleet:
 
     # ------------------------------------------------------------------ messages
     def _pump(
-        self, ready: list[Any], call_id: int, on_done: Callable[[_Worker, _Chunk, Any], None] | None
-    ) -> list[_Worker]:
+        self, ready: list[Any], call_id: int, on_done: Callable[[WorkerProcess, Chunk, Any], None] | None
+    ) -> list[WorkerProcess]:
         """Read every available message; return workers found dead (their ``job`` still set)."""
-        dead: list[_Worker] = []
+        dead: list[WorkerProcess] = []
         by_conn = {id(w.conn): w for w in self.workers}
         by_sentinel = {w.process.sentinel: w for w in self.workers}
-        suspects: list[_Worker] = []
+        suspects: list[WorkerProcess] = []
         for obj in ready:
             w = by_conn.get(id(obj))
             if w is None:
@@ -300,10 +214,10 @@ class ProcessFleet:
 
     def _handle(
         self,
-        w: _Worker,
+        w: WorkerProcess,
         msg: tuple[Any, ...],
         call_id: int,
-        on_done: Callable[[_Worker, _Chunk, Any], None] | None,
+        on_done: Callable[[WorkerProcess, Chunk, Any], None] | None,
     ) -> None:
         kind = msg[0]
         if kind == "ready":
@@ -315,7 +229,7 @@ class ProcessFleet:
             return  # a stale answer from an abandoned call
         on_done(w, job[1], msg)
 
-    def _send_oracle(self, w: _Worker, token: int, blob: bytes) -> None:
+    def _send_oracle(self, w: WorkerProcess, token: int, blob: bytes) -> None:
         if token in w.tokens:
             w.tokens.move_to_end(token)
             return
@@ -347,13 +261,13 @@ class ProcessFleet:
         call_id = self._call_id
         t0 = time.perf_counter()
         out = np.empty(weights.shape, dtype=np.float64)
-        pending = collections.deque(_Chunk(i, a, b) for i, (a, b) in enumerate(bounds))
+        pending = collections.deque(Chunk(i, a, b) for i, (a, b) in enumerate(bounds))
         left = len(pending)
         failure: list[ChunkFailure] = []
         for w in self.workers:
             w.busy_s = 0.0
 
-        def on_done(w: _Worker, chunk: _Chunk, msg: tuple[Any, ...]) -> None:
+        def on_done(w: WorkerProcess, chunk: Chunk, msg: tuple[Any, ...]) -> None:
             nonlocal left
             if msg[0] == "done":
                 out[chunk.start : chunk.stop] = msg[3]
@@ -419,7 +333,7 @@ class ProcessFleet:
             first_use=self.shipments != shipped,
         )
 
-    def _time_out(self, call_id: int, deadline: Deadline, pending: collections.deque[_Chunk]) -> None:
+    def _time_out(self, call_id: int, deadline: Deadline, pending: collections.deque[Chunk]) -> None:
         stuck = [w for w in self.workers if w.job is not None and w.job[0] == call_id]
         rows = _rows_of([w.job[1] for w in stuck if w.job is not None]) + _rows_of(pending)
         for w in stuck:

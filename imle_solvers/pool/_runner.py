@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ._plan import Entry
 
-__all__ = ["Deadline", "RunResult", "Runner"]
+__all__ = ["Deadline", "RunResult", "Runner", "make_runner"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,3 +99,30 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""
+
+
+def make_runner(
+    backend: str,
+    workers: int,
+    *,
+    start_method: str,
+    worker_threads: int,
+    max_cached_oracles: int,
+    retries: int,
+    client: Any = None,
+    dask_address: str | None = None,
+) -> Runner:
+    """The runner of a parallel ``backend`` (its module imported here; it starts its workers lazily)."""
+    if backend == "process":
+        from ._process import ProcessFleet
+
+        return ProcessFleet(workers, start_method, worker_threads, max_cached_oracles, retries=retries)
+    if backend == "thread":
+        from ._thread import ThreadRunner
+
+        return ThreadRunner(workers)
+    if backend == "dask":
+        from ._dask import DaskRunner
+
+        return DaskRunner(workers, client=client, address=dask_address, retries=retries)
+    raise RuntimeError(f"the {backend!r} backend has no runner")  # pragma: no cover - guarded by the pool

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from .._checks import distinct, in_range, integer_at_least, non_negative_int, one_of, positive, positive_int
 
 __all__ = [
     "CONSTRAINTS",
@@ -40,6 +41,10 @@ ORACLES = ("auto", "host", "device")
 DEVICES = ("cpu", "cuda", "auto")
 
 
+# Each check takes one value and raises "must be …, got …" without a name (the `_checks` helpers with
+# name ""): the parser prefixes the option ("argument --epochs: …"), `TrainConfig` the field.
+
+
 def _integer(value: Any) -> int:
     try:
         exact = not isinstance(value, bool) and int(value) == value
@@ -51,45 +56,30 @@ def _integer(value: Any) -> int:
 
 
 def _positive_int(value: Any) -> int:
-    v = _integer(value)
-    if v < 1:
-        raise ValueError(f"must be a positive integer, got {value!r}")
-    return v
+    return positive_int("", _integer(value))
 
 
 def _non_negative_int(value: Any) -> int:
-    v = _integer(value)
-    if v < 0:
-        raise ValueError(f"must be a non-negative integer, got {value!r}")
-    return v
+    return non_negative_int("", _integer(value))
 
 
 def _positive_float(value: Any) -> float:
-    v = float(value)
-    if not (math.isfinite(v) and v > 0):
-        raise ValueError(f"must be a finite number > 0, got {value!r}")
-    return v
+    return positive("", float(value))
 
 
 def _unit_interval(value: Any) -> float:
-    v = float(value)
-    if not 0.0 <= v < 1.0:
-        raise ValueError(f"must be in [0, 1), got {value!r}")
-    return v
+    return in_range("", float(value), 0, 1)
 
 
 def _seed(value: Any) -> int:
     v = _integer(value)
-    if not 0 <= v < 2**32:
+    if not 0 <= v < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
         raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
     return v
 
 
 def _grid_size(value: Any) -> int:
-    v = _integer(value)
-    if v < 2:
-        raise ValueError(f"must be an integer >= 2 (the paper's sizes: 12, 18, 24, 30), got {value!r}")
-    return v
+    return integer_at_least("", _integer(value), 2)
 
 
 def _device(value: Any) -> str:
@@ -196,6 +186,17 @@ class TrainConfig:
         Folder for ``results.json``, ``curves.png`` and one ``runs/<method>-seed<seed>.json`` per run.
     show_progress
         Progress bars and a line per finished run.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, sec. 6 and appendix,
+    <https://arxiv.org/abs/2106.01798>.
     """
 
     problem: str = "shortest-path"
@@ -253,17 +254,12 @@ class TrainConfig:
             "model": (*MODELS, None),
         }
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(map(str, allowed))}; got {getattr(self, name)!r}"
-                )
+            one_of(name, getattr(self, name), allowed)
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown or not self.methods:
             raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)} or 'all'")
         for name in ("methods", "seeds"):
-            values = getattr(self, name)
-            if not values or len(set(values)) != len(values):
-                raise ValueError(f"{name} must be non-empty and without repeats, got {list(values)}")
+            distinct(name, getattr(self, name))
         if self.model is not None and (self.model == "linear") != (self.problem != "terrain"):
             fits = "terrain-cnn or resnet-stem" if self.problem == "terrain" else "linear"
             raise ValueError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")

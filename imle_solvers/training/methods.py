@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from .._checks import one_of
 from ..estimators import Blackbox, PerturbedOptimizer
 from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
@@ -88,6 +89,14 @@ class Method:
     """A named training method: ``loss(ĉ, batch) -> (loss for backward, per-instance loss to report)``.
 
     ``batch`` is a `Batch` or a plain ``(x, c, z*, f*)`` tuple.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, <https://arxiv.org/abs/2106.01798>.
     """
 
     name: str
@@ -167,8 +176,7 @@ def dbb(
     bb_loss: str = "regret",
 ) -> Method:
     """Blackbox (DBB), λ=20, regret loss (Hamming on terrain)."""
-    if bb_loss not in ("regret", "hamming"):
-        raise ValueError(f"bb_loss must be 'regret' or 'hamming', got {bb_loss!r}")
+    one_of("bb_loss", bb_loss, ("regret", "hamming"))
     layer = Blackbox(oracle, lam=bb_lam, pool=pool)
     return Method("dbb", _summed(layer, 1, bb_loss, oracle), [layer])
 

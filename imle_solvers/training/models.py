@@ -39,6 +39,11 @@ class TerrainCNN(nn.Module):
         Channels of the hidden layers.
     floor
         Added to the softplus output: predicted costs are ``> floor``.
+
+    References
+    ----------
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
 
     def __init__(self, size: int = 12, pixels: int = 8, width: int = 32, floor: float = 0.0) -> None:
@@ -99,6 +104,14 @@ class ResNetStemCNN(nn.Module):
     floor
         Added to the softplus output: predicted costs are ``> floor`` (the grid shortest path needs
         non-negative costs).
+
+    References
+    ----------
+    He, Zhang, Ren & Sun, "Deep Residual Learning for Image Recognition", CVPR 2016,
+    <https://arxiv.org/abs/1512.03385>.
+
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
 
     def __init__(self, size: int = 12, width: int = 64, floor: float = 0.0) -> None:

@@ -54,7 +54,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """Train / test data, a model factory and the oracles of training layers and of evaluation."""
+    """Train / test data, a model factory and the oracles of training layers and of evaluation.
+
+    References
+    ----------
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
+
+    Vlastelica, Paulus, Musil, Martius & Rolínek, "Differentiation of Blackbox Combinatorial Solvers",
+    ICLR 2020, <https://arxiv.org/abs/1912.02175>.
+    """
 
     train: PTODataset
     test: PTODataset

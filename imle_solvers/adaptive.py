@@ -1,0 +1,229 @@
+"""Adaptive targets: λ adapted online to a target gradient sparsity (AI-MLE, Minervini et al., AAAI 2023).
+
+Both are [`TargetDistribution`][imle_solvers.TargetDistribution]s with the PID step of paper eq. 8,
+``θ' = θ − λ ∇z L``, whose λ follows the norms of θ and of ``∇z L``; after every backward pass a
+factor of λ moves so that the number of nonzero gradient entries tracks a target:
+
+* [`AdaptiveTarget`][imle_solvers.AdaptiveTarget]: the published algorithm, one λ per batch, its
+  state in buffers (``state_dict``, ``.to(device)``);
+* [`RowAdaptiveTarget`][imle_solvers.RowAdaptiveTarget]: a per-row variant with a multiplicative
+  update, its state a plain attribute.
+
+Both are importable from ``imle_solvers.target`` as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch import nn
+
+from ._checks import in_range, non_negative, positive
+from .target import Solve, TargetDistribution, map_difference, pid_estimate
+
+__all__ = ["AdaptiveTarget", "RowAdaptiveTarget"]
+
+
+class AdaptiveTarget(nn.Module, TargetDistribution):
+    """Adaptive I-MLE (AI-MLE, Minervini, Franceschi & Niepert, AAAI 2023), as published.
+
+    One λ for the whole batch, relative to the norms of θ and of the upstream gradient::
+
+        λ = β · ‖θ‖ / ‖∇z L‖          (Frobenius norms over the batch's N·S rows; 0 when ∇z L = 0)
+        θ' = θ − λ ∇z L,   ∇θ L ≈ Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)] / λ
+
+    After every backward pass β moves additively towards a target *number of nonzero gradient
+    entries per sample*: ``n̄ ← decay·n̄ + (1 − decay)·nnz/(N·S)`` (an exponential moving average),
+    then ``u ← momentum·u ± step`` (+ while ``n̄ < nonzero_target``, − otherwise) and
+    ``β ← max(β + u, 0)``. β, n̄ and u are buffers: they move with ``.to(device)``, are saved in the
+    owning layer's ``state_dict`` and are updated on the device with no host synchronisation.
+
+    The estimate is linear in ``∇z L``: multiplying the loss by α leaves θ' unchanged and multiplies
+    the gradient by α. The reference implementation divides by a λ computed from θ *without* the
+    repetition over samples (√S smaller than its step's λ); here one λ serves both, as eq. 7 reads.
+
+    Parameters
+    ----------
+    nonzero_target
+        Target number of nonzero gradient entries per sample (the reference's ``target_norm``).
+    beta
+        Initial β ≥ 0.
+    step
+        Additive update of β per backward pass (the reference's ``beta_update_step``).
+    momentum
+        Momentum of the β update (``beta_update_momentum``).
+    decay
+        Decay of the moving average of the nonzero count (``grad_norm_decay_rate``).
+    initial_nonzeros
+        Initial value of the moving average (``initial_grad_norm``).
+    two_sided
+        Use the central difference ``[MAP(θ + λ∇zL + ε) − MAP(θ − λ∇zL + ε)] / (2λ)``
+        (the reference's ``symmetric_perturbation``).
+
+    References
+    ----------
+    Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
+    Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
+    """
+
+    beta: torch.Tensor
+    nonzeros: torch.Tensor
+    last_update: torch.Tensor
+
+    def __init__(
+        self,
+        nonzero_target: float = 1.0,
+        beta: float = 1.0,
+        *,
+        step: float = 1e-4,
+        momentum: float = 0.0,
+        decay: float = 0.9,
+        initial_nonzeros: float = 1.0,
+        two_sided: bool = False,
+    ) -> None:
+        super().__init__()
+        positive("AdaptiveTarget nonzero_target", nonzero_target)
+        non_negative("AdaptiveTarget beta", beta)
+        non_negative("AdaptiveTarget step", step)
+        in_range("AdaptiveTarget momentum", momentum, 0, 1)
+        in_range("AdaptiveTarget decay", decay, 0, 1)
+        self.nonzero_target = float(nonzero_target)
+        self.step = float(step)
+        self.momentum = float(momentum)
+        self.decay = float(decay)
+        self.two_sided = bool(two_sided)
+        self.register_buffer("beta", torch.tensor(float(beta), dtype=torch.float64))
+        self.register_buffer("nonzeros", torch.tensor(float(initial_nonzeros), dtype=torch.float64))
+        self.register_buffer("last_update", torch.tensor(0.0, dtype=torch.float64))
+
+    def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        """λ = β‖θ‖/‖∇zL‖ over the whole batch (0 when ∇zL = 0), a 0-dim tensor on θ's device.
+
+        ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
+        step, so that S identical samples under a loss averaged over S give the one-sample gradient.
+        """
+        beta = self.beta.to(device=theta.device, dtype=theta.dtype)
+        repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
+        theta_norm = torch.linalg.vector_norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
+        grad_norm = torch.linalg.vector_norm(grad_z)  # ‖∇zL‖ over the batch   []
+        ratio = theta_norm / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))
+        return torch.where(grad_norm > 0, beta * ratio, torch.zeros_like(ratio))
+
+    def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        return theta - self.lam(theta, grad_z) * grad_z  # θ' = θ − λ ∇zL
+
+    def estimate(
+        self,
+        theta: torch.Tensor,
+        eps: torch.Tensor,
+        z: torch.Tensor,
+        grad_z: torch.Tensor,
+        solve: Solve,
+    ) -> torch.Tensor:
+        lam = self.lam(theta, grad_z)  # λ   []
+        divisor = torch.where(lam > 0, lam, torch.ones_like(lam))  # λ = 0 only where z' = z
+        diff = map_difference(theta, eps, z, lam * grad_z, solve, self.two_sided)  # [N, S, m]
+        self._update(diff)
+        return (diff / divisor).sum(dim=1)  # Σ over samples   [N, m]
+
+    @torch.no_grad()
+    def _update(self, diff: torch.Tensor) -> None:
+        """One step of the published β update, on the buffers' device (moved to ``diff``'s first)."""
+        if self.beta.device != diff.device:
+            for name in ("beta", "nonzeros", "last_update"):
+                setattr(self, name, getattr(self, name).to(diff.device))
+        n, s = diff.shape[0], diff.shape[1]
+        if n * s == 0:
+            return
+        nnz = torch.count_nonzero(diff).to(torch.float64) / (n * s)  # nonzeros per sample   []
+        self.nonzeros.mul_(self.decay).add_((1 - self.decay) * nnz)  # n̄ ← decay·n̄ + (1−decay)·nnz
+        direction = torch.where(self.nonzeros < self.nonzero_target, 1.0, -1.0).to(torch.float64)
+        update = self.momentum * self.last_update + direction * self.step  # u ← μu ± step
+        self.beta.add_(update).clamp_(min=0.0)  # β ← max(β + u, 0)
+        self.last_update.copy_(update)
+
+    def extra_repr(self) -> str:
+        return (
+            f"nonzero_target={self.nonzero_target}, beta={float(self.beta):.4g}, step={self.step}, "
+            f"momentum={self.momentum}, two_sided={self.two_sided}"
+        )
+
+    __hash__ = nn.Module.__hash__
+
+
+@dataclasses.dataclass
+class RowAdaptiveTarget(TargetDistribution):
+    """A per-row variant of adaptive I-MLE: λ per row, adapted multiplicatively to a nonzero *fraction*.
+
+    ``λ = α · max(‖θ‖, min_norm) / ‖∇z L‖`` per row, so that the target step has a size relative to
+    θ; after every backward pass α grows by ``exp(step)`` when the fraction of nonzero gradient
+    entries is below ``nonzero_target`` and shrinks by it otherwise. The difference is divided by λ as
+    in [`PerturbedTarget`][imle_solvers.PerturbedTarget]. [`AdaptiveTarget`][imle_solvers.AdaptiveTarget]
+    is the published algorithm; this variant keeps its state (α) as a plain attribute.
+
+    Parameters
+    ----------
+    nonzero_target
+        Target fraction (0, 1] of nonzero gradient entries.
+    alpha
+        Initial factor α > 0.
+    step
+        Log-step of the multiplicative update of α (0 freezes α).
+    two_sided
+        Use the central difference.
+    min_norm
+        Floor on ‖θ‖, so that λ is not stuck at 0 when θ starts at 0.
+
+    References
+    ----------
+    Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
+    Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
+    """
+
+    nonzero_target: float = 0.1
+    alpha: float = 1.0
+    step: float = 0.05
+    two_sided: bool = False
+    min_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        in_range("RowAdaptiveTarget nonzero_target", self.nonzero_target, 0, 1, closed="(]")
+        positive("RowAdaptiveTarget alpha", self.alpha)
+        positive("RowAdaptiveTarget min_norm", self.min_norm)
+        non_negative("RowAdaptiveTarget step", self.step)
+
+    def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
+        theta_norm = torch.linalg.vector_norm(theta, dim=-1, keepdim=True)  # ‖θ‖    [N, 1, 1]
+        theta_norm = theta_norm.clamp_min(self.min_norm)
+        grad_norm = torch.linalg.vector_norm(grad_z, dim=-1, keepdim=True)  # ‖∇zL‖  [N, S, 1]
+        tiny = torch.finfo(grad_z.dtype).tiny
+        ratio = theta_norm / grad_norm.clamp_min(tiny)
+        return torch.where(grad_norm > 0, self.alpha * ratio, torch.zeros_like(ratio))
+
+    def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        return theta - self.lam(theta, grad_z) * grad_z  # θ' = θ − λ ∇zL
+
+    def estimate(
+        self,
+        theta: torch.Tensor,
+        eps: torch.Tensor,
+        z: torch.Tensor,
+        grad_z: torch.Tensor,
+        solve: Solve,
+    ) -> torch.Tensor:
+        lam = self.lam(theta, grad_z)  # [N, S, 1]
+        divisor = torch.where(lam > 0, lam, torch.ones_like(lam))
+        grad = pid_estimate(theta, eps, z, lam * grad_z, 1.0 / divisor, solve, self.two_sided)
+        self._update(grad)
+        return grad
+
+    def _update(self, grad: torch.Tensor) -> None:
+        """α ← α·exp(±step) so that the nonzero fraction of the gradient tracks the target."""
+        if self.step == 0 or grad.numel() == 0:
+            return
+        nonzero = float((grad != 0).to(torch.float32).mean())
+        direction = 1.0 if nonzero < self.nonzero_target else -1.0
+        self.alpha = float(min(max(self.alpha * math.exp(direction * self.step), 1e-6), 1e6))
