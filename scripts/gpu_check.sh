@@ -18,7 +18,7 @@ step "CUDA tests"
 conftest="" extra="tests/pool/test_pool.py"
 python3 -c "import hypothesis" 2>/dev/null || { conftest="--noconftest"; extra=""; }
 timeout 240 python3 -m pytest -q -p no:cacheprovider $conftest -m cuda -o addopts="" \
-    tests/adapters/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py \
+    tests/adapters/test_graphs_cuda.py tests/test_estimator_semantics.py tests/test_imle.py tests/test_noise.py \
     tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py $extra \
     2>&1 | tee "$OUT/cuda-tests.txt"
 

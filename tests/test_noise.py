@@ -220,3 +220,23 @@ def test_sog_table_in_half_precision_keeps_the_distribution(dtype: torch.dtype) 
     full = SumOfGamma(k=5).sample((200_000,), dtype=torch.float64, generator=gen(28))
     assert stats.ks_2samp(half.double().numpy(), full.numpy()).statistic < 0.01
     assert len(torch.unique(half)) > 1000  # not a handful of grid points
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sog_first_draw_on_cuda_never_syncs() -> None:
+    """The quantile table's first upload to the device (a cache miss) must not block the host."""
+    from imle_solvers import noise as noise_module
+
+    noise_module._DEVICE_TABLES.clear()
+    noise = SumOfGamma(k=3, tau=1.0, s=10)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        gpu = noise.sample((4, 2, 5), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    table = noise_module._DEVICE_TABLES[(3.0, 10, 1.0, "cuda", torch.float32)]
+    cpu = noise_module._sog_table(3.0, 10, 1.0, torch.device("cpu"), torch.float32)
+    assert cpu is not None and gpu.shape == (4, 2, 5) and torch.isfinite(gpu).all()
+    assert torch.equal(table[0].cpu(), cpu[0]) and torch.equal(table[1].cpu(), cpu[1])
