@@ -83,7 +83,13 @@ METHODS: dict[str, tuple[str, Maker]] = {
 
 
 class Explainer(nn.Module):
-    """Scores ``[B, L]`` for ``[B, L]`` token ids: the L2X explainer (local + global convolutions)."""
+    """Scores ``[B, L]`` for ``[B, L]`` token ids: the L2X explainer (local + global convolutions).
+
+    References
+    ----------
+    Chen, Song, Wainwright & Jordan, "Learning to Explain: An Information-Theoretic Perspective on Model
+    Interpretation", ICML 2018, <https://arxiv.org/abs/1802.07814>.
+    """
 
     def __init__(self, vocab: int, emb: int = 32, filters: int = 64, hidden: int = 64) -> None:
         super().__init__()

@@ -54,6 +54,13 @@ class L2XRelaxedTopK(_Relaxed):
         t (the I-MLE paper reports L2X with t = 0.1).
     generator
         Optional `torch.Generator` on the scores' device.
+
+    References
+    ----------
+    * Chen, Song, Wainwright & Jordan, "Learning to Explain: An Information-Theoretic Perspective on Model
+      Interpretation", ICML 2018, <https://arxiv.org/abs/1802.07814>.
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, sec. 6 (the L2X baseline, t = 0.1), <https://arxiv.org/abs/2106.01798>.
     """
 
     def __init__(self, k: int, temperature: float = 0.1, generator: torch.Generator | None = None) -> None:
@@ -77,6 +84,13 @@ class SoftSub(_Relaxed):
         t (the I-MLE paper reports SoftSub with t = 0.5).
     generator
         Optional `torch.Generator` on the scores' device.
+
+    References
+    ----------
+    * Xie & Ermon, "Reparameterizable Subset Sampling via Continuous Relaxations", IJCAI 2019,
+      <https://arxiv.org/abs/1901.10517>.
+    * Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+      Distributions", NeurIPS 2021, sec. 6 (the SoftSub baseline, t = 0.5), <https://arxiv.org/abs/2106.01798>.
     """
 
     def __init__(self, k: int, temperature: float = 0.5, generator: torch.Generator | None = None) -> None:

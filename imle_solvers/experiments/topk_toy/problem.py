@@ -36,6 +36,11 @@ class ToyProblem:
         ``[m]`` the initial parameters shared by every run.
     k
         Subset size.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, sec. 6 (the synthetic k-subset experiment), <https://arxiv.org/abs/2106.01798>.
     """
 
     b: torch.Tensor

@@ -30,6 +30,13 @@ class GumbelSoftmax(nn.Module):
         t > 0.
     generator
         Optional `torch.Generator` on the weights' device.
+
+    References
+    ----------
+    * Jang, Gu & Poole, "Categorical Reparameterization with Gumbel-Softmax", ICLR 2017,
+      <https://arxiv.org/abs/1611.01144>.
+    * Maddison, Mnih & Teh, "The Concrete Distribution: A Continuous Relaxation of Discrete Random
+      Variables", ICLR 2017, <https://arxiv.org/abs/1611.00712>.
     """
 
     def __init__(self, temperature: float = 0.5, generator: torch.Generator | None = None) -> None:

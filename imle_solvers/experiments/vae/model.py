@@ -25,6 +25,11 @@ class SubsetVAE(nn.Module):
         Input and output size.
     sampler
         θ ``[B, 20, 20]`` → z ``[B, 20, 20]`` (an `IMLE`, `STE` or `GumbelSoftmax` layer).
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, sec. 6 and its appendix (the discrete VAE), <https://arxiv.org/abs/2106.01798>.
     """
 
     def __init__(self, n_pixels: int, sampler: nn.Module) -> None:
