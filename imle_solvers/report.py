@@ -1,12 +1,13 @@
-"""Terminal reporting shared by the command line, benchmarks and examples: progress bars and tables."""
+"""Reporting shared by the command line, benchmarks and examples: progress bars, tables, result files."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["format_table", "progress"]
+__all__ = ["format_table", "progress", "write_outputs"]
 
 T = TypeVar("T")
 
@@ -67,3 +68,48 @@ def format_table(
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
     return "\n".join([line, sep, *body])
+
+
+def write_outputs(
+    out: Path,
+    stem: str,
+    save_json: Callable[[Path], object],
+    markdown: str,
+    command: str,
+    plots: Callable[[], Sequence[Path]] | None = None,
+) -> list[Path]:
+    """Write an experiment's files to ``out``: ``{stem}.json``, ``{stem}.md`` and its plots.
+
+    Parameters
+    ----------
+    out
+        Output folder (created).
+    stem
+        File name without suffix.
+    save_json
+        Writes the JSON file to the path it is given (the result's ``save_json``).
+    markdown
+        The Markdown text (header and table); the command is quoted after it.
+    command
+        The command line that produced the result.
+    plots
+        Draws the figures into ``out`` and returns their paths; without matplotlib
+        ([`MissingExtraError`][imle_solvers.errors.MissingExtraError]) a note goes to stderr instead.
+
+    Returns
+    -------
+    list[Path]
+        The paths written.
+    """
+    from .errors import MissingExtraError
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_json(out / f"{stem}.json")
+    (out / f"{stem}.md").write_text(f"{markdown}\n\nCommand: `{command.strip()}`\n")
+    written = [out / f"{stem}.json", out / f"{stem}.md"]
+    if plots is not None:
+        try:
+            written += list(plots())
+        except MissingExtraError as exc:
+            print(f"no plot: {exc}", file=sys.stderr)
+    return written

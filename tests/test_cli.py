@@ -8,8 +8,9 @@ import pytest
 from imle_solvers import __version__, cli
 from imle_solvers.benchmarks import SUITES
 from imle_solvers.benchmarks import build_parser as bench_parser
+from imle_solvers.errors import MissingExtraError
 from imle_solvers.experiments import pto_demo
-from imle_solvers.report import format_table
+from imle_solvers.report import format_table, write_outputs
 
 # reST/Markdown/Sphinx markup that must not reach a terminal
 MARKUP = re.compile(r"\*\*|``|:(?:class|meth|func|data|attr|mod|exc):|\]\[|::\s*$|^\s*\.\. ", re.M)
@@ -167,3 +168,23 @@ def test_format_table() -> None:
     lines = table.splitlines()
     assert lines[0].split("|")[1].strip() == "a" and "c" in lines[0]
     assert "0.1235" in table and len(lines) == 4
+
+
+def test_write_outputs_and_no_matplotlib(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def save(path: Path) -> None:
+        path.write_text('{"x": 1}')
+
+    def drawn() -> list[Path]:
+        (tmp_path / "a" / "f.png").write_bytes(b"png")
+        return [tmp_path / "a" / "f.png"]
+
+    def no_matplotlib() -> list[Path]:
+        raise MissingExtraError("matplotlib is missing: pip install 'imle-solvers[plot]'")
+
+    written = write_outputs(tmp_path / "a", "run", save, "# header\n\n| t |", " cmd --x 1 ", plots=drawn)
+    assert written == [tmp_path / "a" / n for n in ("run.json", "run.md", "f.png")]
+    assert (tmp_path / "a" / "run.md").read_text() == "# header\n\n| t |\n\nCommand: `cmd --x 1`\n"
+    assert (tmp_path / "a" / "run.json").read_text() == '{"x": 1}'
+    written = write_outputs(tmp_path / "b", "run", save, "h", "cmd", plots=no_matplotlib)
+    assert written == [tmp_path / "b" / "run.json", tmp_path / "b" / "run.md"]
+    assert "no plot: matplotlib is missing" in capsys.readouterr().err

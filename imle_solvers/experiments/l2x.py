@@ -47,7 +47,7 @@ from .._checks import positive_int
 from ..estimators import STE
 from ..imle import IMLE
 from ..noise import Gumbel, SumOfGamma
-from ..report import format_table, progress
+from ..report import format_table, progress, write_outputs
 from ..target import PerturbedTarget
 from ..topk import TopK
 from .planted import CorpusSpec, PlantedCorpus, make_corpus, subset_precision
@@ -379,10 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(header)
     print(table)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result.save_json(out / "l2x.json")
     command = "imle-solvers l2x " + " ".join(list(argv) if argv is not None else sys.argv[1:])
-    (out / "l2x.md").write_text(f"{header}\n\n{table}\n\nCommand: `{command.strip()}`\n")
-    print(f"wrote {out / 'l2x.json'}, {out / 'l2x.md'}")
+    written = write_outputs(Path(args.out), "l2x", result.save_json, f"{header}\n\n{table}", command)
+    print("wrote " + ", ".join(str(p) for p in written))
     return 0

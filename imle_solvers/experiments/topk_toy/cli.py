@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...errors import MissingExtraError
+from ...report import write_outputs as write_files
 from .report import plot, result_table
 from .results import ToyResult
 from .run import run_toy
@@ -64,15 +64,14 @@ def write_outputs(result: ToyResult, out: Path, command: str) -> list[Path]:
     print(header)
     print(table)
     print(f"({result.seconds:.1f} s)")
-    out.mkdir(parents=True, exist_ok=True)
-    result.save_json(out / "topk_toy.json")
-    (out / "topk_toy.md").write_text(f"{header}\n\n{table}\n\nCommand: `{command.strip()}`\n")
-    written = [out / "topk_toy.json", out / "topk_toy.md"]
-    try:
-        written.append(plot(result, out / "topk_toy.png"))
-    except MissingExtraError as exc:
-        print(f"no plot: {exc}", file=sys.stderr)
-    return written
+    return write_files(
+        out,
+        "topk_toy",
+        result.save_json,
+        f"{header}\n\n{table}",
+        command,
+        plots=lambda: [plot(result, out / "topk_toy.png")],
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

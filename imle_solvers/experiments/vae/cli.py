@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...errors import MissingExtraError
+from ...report import write_outputs
 from .methods import METHODS, PAPER_METHODS
 from .report import plot_curves, plot_reconstructions, result_table
 from .run import VAEConfig, run_vae
@@ -73,17 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(header)
     print(table)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result.save_json(out / "vae.json")
     command = "imle-solvers vae " + " ".join(list(argv) if argv is not None else sys.argv[1:])
-    (out / "vae.md").write_text(f"{header}\n\n{table}\n\nCommand: `{command.strip()}`\n")
-    written = [out / "vae.json", out / "vae.md"]
-    try:
-        written += [
+    written = write_outputs(
+        out,
+        "vae",
+        result.save_json,
+        f"{header}\n\n{table}",
+        command,
+        plots=lambda: [
             plot_curves(result, out / "vae_curves.png"),
             plot_reconstructions(result, out / "vae_recon.png"),
-        ]
-    except MissingExtraError as exc:
-        print(f"no plot: {exc}", file=sys.stderr)
+        ],
+    )
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
