@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ._checks import positive, positive_int
+from ._device import upload
 
 if TYPE_CHECKING:
     from .oracle import MapOracle
@@ -199,15 +200,6 @@ _DEVICE_TABLES: dict[tuple[float, int, float, str, torch.dtype], tuple[torch.Ten
 _DEVICE_TABLES_LOCK = threading.Lock()
 
 
-def _upload(array: np.ndarray, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """``array`` on ``device`` without a host sync: a CUDA upload goes through pinned memory,
-    asynchronously on the current stream (a pageable copy would block the host)."""
-    host = torch.from_numpy(array).to(dtype)
-    if torch.device(device).type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)
-
-
 def _sog_table(
     kappa: float, s: int, tau: float, device: torch.device, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -221,7 +213,10 @@ def _sog_table(
             return None
         values = (tau / kappa) * (quantiles - math.log(s))  # SoG = (τ/κ)(X − log s)
         slopes = np.append(np.diff(values), 0.0)
-        table = (_upload(values, device, dtype), _upload(slopes, device, dtype))
+        table = (
+            upload(torch.from_numpy(values).to(dtype), device),
+            upload(torch.from_numpy(slopes).to(dtype), device),
+        )
         with _DEVICE_TABLES_LOCK:
             _DEVICE_TABLES[key] = table
     return table

@@ -61,6 +61,27 @@ PY
 step "bench graphs (device grid path and knapsack vs SciPy / CP-SAT)"
 timeout 200 python3 -m imle_solvers.cli bench graphs 2>&1 | tee "$OUT/bench-graphs.txt"
 
+step "grid oracle: recorded sweep chunks (CUDA graphs) vs one-by-one kernel launches"
+timeout 120 python3 - <<'PY' 2>&1 | tee "$OUT/grid-graphs.txt"
+import time, torch
+from imle_solvers.adapters import TorchGridShortestPath
+
+print("| grid | batch | launches ms | graphs ms | speed-up |")
+for size, n in ((12, 256), (12, 4096), (30, 256), (30, 2560), (30, 4096)):
+    w = torch.rand(n, size * size, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    times = []
+    for graphs in (False, True):
+        oracle = TorchGridShortestPath(size, size, cuda_graphs=graphs)
+        z = oracle.solve_torch(w)  # warm-up (and recording)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(20):
+            oracle.solve_torch(w)
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) / 20)
+    print(f"| {size}×{size} | {n} | {times[0]*1e3:.2f} | {times[1]*1e3:.2f} | {times[0]/times[1]:.2f}× |")
+PY
+
 step "terrain epochs, CPU vs CUDA"
 for args in "--size 12 --model terrain-cnn --n-train 700 --n-test 100" \
             "--size 30 --model resnet-stem --n-train 2000 --n-test 200"; do

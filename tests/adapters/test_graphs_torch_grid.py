@@ -104,6 +104,44 @@ def test_torch_kernels_match_numpy_kernels() -> None:
             np.testing.assert_array_equal(via_torch, oracle._trace_numpy(dist_np, level_np))
 
 
+def _host_read(*args: object) -> None:
+    raise AssertionError("a device value was read on the host")
+
+
+def test_sweeps_on_a_device_counter_match_numbered_sweeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a CUDA graph records (the sweep index as a 0-dim tensor advanced in place, chunks run past
+    the budget) gives the distances and levels of numbered sweeps, on the CPU."""
+    rng = np.random.default_rng(4)
+    for h, w, nb in [(6, 5, 8), (4, 7, 4)]:
+        oracle = TorchGridShortestPath(h, w, nb)
+        costs = torch.from_numpy(rng.random((h, w, 9)))  # [H, W, N]
+        runs = []
+        for counter in (False, True):
+            dist = torch.full((h + 2, w + 2, 9), float("inf"), dtype=costs.dtype)
+            dist[1, 1] = costs[0, 0]
+            level = torch.zeros(dist.shape, dtype=torch.int32)
+            if counter:
+                k = torch.ones((), dtype=torch.int32)
+                with monkeypatch.context() as m:  # the counter is never read on the host (no sync)
+                    for read in ("__index__", "__int__", "item", "tolist", "__bool__"):
+                        m.setattr(torch.Tensor, read, _host_read)
+                    for _ in range(-(-h * w // 8)):  # chunks of 8: up to 7 sweeps past the H·W budget
+                        oracle._sweeps_torch(dist, level, costs, k, 8)
+                assert int(k) == 8 * -(-h * w // 8) + 1
+            else:
+                oracle._sweeps_torch(dist, level, costs, 1, h * w)
+            runs.append((dist, level))
+        assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])
+        assert int(runs[0][1].max()) > 1  # levels beyond the first sweep were recorded
+
+
+def test_recorded_graphs_are_not_pickled() -> None:
+    oracle = TorchGridShortestPath(3, 4, cuda_graphs=False)
+    oracle._graphs._graphs[("shape",)] = object()  # type: ignore[assignment]
+    copy = pickle.loads(pickle.dumps(oracle))
+    assert len(copy._graphs) == 0 and copy.cuda_graphs is False and len(oracle._graphs) == 1
+
+
 def test_snake_needs_many_sweeps() -> None:
     """A walled maze whose only cheap path winds through every row: far more sweeps than H + W."""
     h, w = 9, 9

@@ -10,14 +10,17 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Literal
 
 import numpy as np
 import torch
 
+from ..._device import upload
 from ...errors import InvalidWeightsError
 from ...oracle import TorchOracle
 from ._common import _grid_shape
+from ._sweep_graph import SweepGraphs
 
 __all__ = ["TorchGridShortestPath"]
 
@@ -47,6 +50,10 @@ class TorchGridShortestPath(TorchOracle):
         Grid size ``H × W`` (``≥ 1``).
     neighbourhood
         ``8`` (king moves, as in Warcraft) or ``4`` (rook moves).
+    cuda_graphs
+        On CUDA, record each chunk of sweeps once per batch shape as a CUDA graph and replay it (one
+        launch instead of about 70 small kernels; same states). ``False`` launches the kernels one by
+        one, as on other accelerators.
 
     Notes
     -----
@@ -66,8 +73,11 @@ class TorchGridShortestPath(TorchOracle):
     accelerator it is copied without blocking into pinned host memory and polled with a CUDA event
     query while the next chunk (8 sweeps) is already queued, so the stream never waits for the host
     and no synchronising call is made (``torch.cuda.set_sync_debug_mode("error")`` passes); the
-    extra chunk in flight when convergence is seen is wasted work, at most 16 sweeps. During CUDA
-    graph capture the full ``H·W``-sweep budget runs (exact, fixed work).
+    extra chunk in flight when convergence is seen is wasted work, at most 16 sweeps. With
+    ``cuda_graphs`` (the default) a chunk is one graph replay on buffers kept per batch shape and CUDA
+    stream (the last four), recorded on first use without a host synchronisation; solves on one oracle
+    take turns on them. When the caller is itself capturing a CUDA graph, the full ``H·W``-sweep budget
+    runs instead (exact, fixed work).
 
     *Costs.* Costs must be ≥ 0 (with a negative cell the grid has a negative 2-cycle, the problem
     of [`GridShortestPath`][imle_solvers.GridShortestPath] raises
@@ -111,8 +121,12 @@ class TorchGridShortestPath(TorchOracle):
     sense = "min"
     in_process_safe = True
 
-    def __init__(self, height: int, width: int, neighbourhood: Literal[4, 8] = 8) -> None:
+    def __init__(
+        self, height: int, width: int, neighbourhood: Literal[4, 8] = 8, *, cuda_graphs: bool = True
+    ) -> None:
         self.height, self.width, self.neighbourhood = _grid_shape(height, width, neighbourhood)
+        self.cuda_graphs = bool(cuda_graphs)
+        self._graphs = SweepGraphs()  # recorded sweep chunks per CUDA problem shape
         self.n_vars = self.height * self.width
         self.expected_nonzeros = float(
             max(self.height, self.width) if neighbourhood == 8 else self.height + self.width - 1
@@ -224,12 +238,14 @@ class TorchGridShortestPath(TorchOracle):
                 break
 
     def _sweeps_torch(
-        self, dist: torch.Tensor, level: torch.Tensor, w: torch.Tensor, first: int, count: int
+        self, dist: torch.Tensor, level: torch.Tensor, w: torch.Tensor, first: int | torch.Tensor, count: int
     ) -> torch.Tensor:
-        """Sweeps ``first … first + count − 1`` in place (torch); → device flag "the last one changed"."""
+        """Sweeps ``first … first + count − 1`` in place (torch); → device flag "the last one changed".
+
+        ``first`` may be a 0-dim device counter (a CUDA graph's): it is then advanced once per sweep."""
         inner, inner_level = dist[1:-1, 1:-1], level[1:-1, 1:-1]  # [H, W, N]
         improved = torch.zeros((), dtype=torch.bool, device=dist.device)
-        for k in range(first, first + count):
+        for i in range(count):  # sweep k = first + i
             if self.neighbourhood == 8:
                 rows = torch.minimum(torch.minimum(dist[:, :-2], dist[:, 1:-1]), dist[:, 2:])  # [H+2, W, N]
                 cand = torch.minimum(torch.minimum(rows[:-2], rows[1:-1]), rows[2:])  # [H, W, N]
@@ -241,25 +257,45 @@ class TorchGridShortestPath(TorchOracle):
             cand.add_(w)  # w(v) + min_{u ~ v} d(u)
             improved = cand < inner
             inner.copy_(torch.minimum(inner, cand))
-            inner_level.masked_fill_(improved, k)
+            if isinstance(first, torch.Tensor):  # L(v) ← k where d(v) decreased, k on the device
+                inner_level.copy_(torch.where(improved, first, inner_level))
+                first.add_(1)
+            else:
+                inner_level.masked_fill_(improved, first + i)
         return improved.any()
 
     def _distances_torch(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The sweeps on an accelerator, with the non-blocking convergence check.  → d, L   [H+2, W+2, N]"""
         h, wd, n = w.shape
+        budget = self.n_vars
+        capturing = w.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+        if w.device.type == "cuda" and self.cuda_graphs and not capturing:
+            with self._graphs.lock:  # one solve at a time on a graph's buffers
+                graph = self._graphs.get(
+                    self._sweeps_torch, (h + 2, wd + 2, n), w.dtype, w.device, _DEVICE_CHUNK
+                )
+                graph.start(w)
+                self._converge(budget, lambda done, count: graph.replay())  # sweeps past the budget: no-ops
+                return graph.dist.clone(), graph.level.clone()  # the buffers serve the next call
         dist = w.new_full((h + 2, wd + 2, n), float("inf"))
         dist[1, 1] = w[0, 0]  # d(s) = w(s)
         level = torch.zeros((h + 2, wd + 2, n), dtype=torch.int32, device=w.device)
-        budget = self.n_vars
-        if w.device.type != "cuda" or torch.cuda.is_current_stream_capturing():
+        if w.device.type != "cuda" or capturing:
             self._sweeps_torch(dist, level, w, 1, budget)  # fixed work, exact
-            return dist, level
+        else:
+            self._converge(budget, lambda done, count: self._sweeps_torch(dist, level, w, done + 1, count))
+        return dist, level
+
+    @staticmethod
+    def _converge(budget: int, chunk: Callable[[int, int], torch.Tensor]) -> None:
+        """Run ``chunk(done, count)`` (sweeps ``done + 1 … done + count``, → device flag "changed") until a
+        chunk changes nothing or ``budget`` sweeps ran, reading the flags without a host synchronisation."""
         flags = torch.empty(-(-budget // _DEVICE_CHUNK), dtype=torch.bool, pin_memory=True)  # one per chunk
         pending: deque[tuple[torch.cuda.Event, torch.Tensor]] = deque()
         done = 0
         while done < budget:
             count = min(_DEVICE_CHUNK, budget - done)
-            changed = self._sweeps_torch(dist, level, w, done + 1, count)
+            changed = chunk(done, count)
             flag = flags[done // _DEVICE_CHUNK]
             done += count
             flag.copy_(changed, non_blocking=True)  # device → pinned host memory, no stream stall
@@ -271,8 +307,7 @@ class TorchGridShortestPath(TorchOracle):
                 while not event.query():  # the next chunk is queued behind it: the device stays busy
                     time.sleep(0)
                 if not bool(flag):  # pinned host memory, written before the event: no synchronisation
-                    return dist, level
-        return dist, level
+                    return
 
     # ---- path: predecessors, then pointer doubling ---------------------------------------------
 
@@ -325,8 +360,8 @@ class TorchGridShortestPath(TorchOracle):
             best_l = torch.where(better, l_u, best_l)
             best_k.masked_fill_(better, k)
         offsets = self._offsets.get(device)
-        if offsets is None:  # one host → device copy per device, made on the first call
-            offsets = torch.tensor([dr * w + dc for dr, dc in self._steps], dtype=torch.int64, device=device)
+        if offsets is None:  # one host → device copy per device, made on the first call (no sync)
+            offsets = upload(torch.tensor([dr * w + dc for dr, dc in self._steps], dtype=torch.int64), device)
             self._offsets[device] = offsets
         cells = torch.arange(h * w, device=device)
         pred = cells + offsets[best_k.reshape(h * w, n).T]  # predecessor of every cell   [N, H·W]
