@@ -41,7 +41,7 @@ from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
 from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
-from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget
+from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 
 __all__ = ["FACTORIES", "METHODS", "Batch", "Method", "build_method", "decision_loss", "scale_grad"]
 
@@ -113,6 +113,19 @@ class Method:
             m.train()
 
 
+def _imle_regret(
+    name: str,
+    oracle: MapOracle,
+    target: TargetDistribution,
+    samples: int,
+    pool: BatchSolver | None,
+    noise: NoiseDistribution | None,
+) -> Method:
+    """An I-MLE layer with this target (SumOfGamma unless ``noise``) trained on the summed regret."""
+    layer = IMLE(oracle, _noise(noise), target, samples=samples, pool=pool)
+    return Method(name, _summed(layer, samples, "regret", oracle), [layer])
+
+
 def imle(
     oracle: MapOracle,
     *,
@@ -121,8 +134,7 @@ def imle(
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss."""
-    layer = IMLE(oracle, _noise(noise), RelativeTarget(), samples=samples, pool=pool)
-    return Method("imle", _summed(layer, samples, "regret", oracle), [layer])
+    return _imle_regret("imle", oracle, RelativeTarget(), samples, pool, noise)
 
 
 def imle_pid(
@@ -134,8 +146,7 @@ def imle_pid(
     lam: float = 10.0,
 ) -> Method:
     """I-MLE, the paper's fixed-λ PID target (eq. 8, λ=10), SumOfGamma, S=10, regret loss."""
-    layer = IMLE(oracle, _noise(noise), PerturbedTarget(lam), samples=samples, pool=pool)
-    return Method("imle-pid", _summed(layer, samples, "regret", oracle), [layer])
+    return _imle_regret("imle-pid", oracle, PerturbedTarget(lam), samples, pool, noise)
 
 
 def imle_mumu(
@@ -146,8 +157,7 @@ def imle_mumu(
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10."""
-    layer = IMLE(oracle, _noise(noise), OptimalTarget(), samples=samples, pool=pool)
-    return Method("imle-mumu", _summed(layer, samples, "regret", oracle), [layer])
+    return _imle_regret("imle-mumu", oracle, OptimalTarget(), samples, pool, noise)
 
 
 def imle_mm(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
@@ -164,8 +174,7 @@ def aimle(
     noise: NoiseDistribution | None = None,
 ) -> Method:
     """AI-MLE: the published adaptive target (Minervini et al. 2023), S=10, regret loss."""
-    layer = IMLE(oracle, _noise(noise), AdaptiveTarget(), samples=samples, pool=pool)
-    return Method("aimle", _summed(layer, samples, "regret", oracle), [layer])
+    return _imle_regret("aimle", oracle, AdaptiveTarget(), samples, pool, noise)
 
 
 def dbb(
