@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from .._interrupt import solving
 from ..errors import ImleSolversError, require
-from ._interrupt import solving
 from ._linear import LinearForm, Outcome
 
 __all__ = ["_CbcEngine", "scratch_root"]

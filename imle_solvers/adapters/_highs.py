@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .._interrupt import default_sigint, set_sigint, solving
 from ..errors import ImleSolversError, require
-from ._interrupt import default_sigint, set_sigint, solving
 from ._linear import LinearForm, Outcome
 
 __all__ = ["_HighsEngine"]

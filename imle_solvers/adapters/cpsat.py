@@ -16,10 +16,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from .._checks import in_range, one_of, positive, positive_int
+from .._interrupt import solving
 from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
 from ..oracle import MapOracle
 from ._check import FeasibilityCheck
-from ._interrupt import solving
 from ._linear import SMALL, LinearForm, check_single, unproven
 
 __all__ = ["CPSATOracle"]

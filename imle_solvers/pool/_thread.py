@@ -161,6 +161,6 @@ class ThreadRunner:
 
 def _stop_running_solves() -> None:
     """Stop the ILP solves running in this process (CP-SAT, HiGHS, CBC), through each solver's API."""
-    from ..adapters._interrupt import stop_solves
+    from .._interrupt import stop_solves
 
     stop_solves()

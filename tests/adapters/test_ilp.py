@@ -507,7 +507,7 @@ def test_ctrl_c_with_solves_on_threads_ends_the_program() -> None:
 def test_stop_solves_stops_solves_on_threads_through_the_solvers_apis() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from imle_solvers.adapters._interrupt import stop_solves
+    from imle_solvers._interrupt import stop_solves
 
     A, b = market_split(5, 40)
     w = np.random.default_rng(0).normal(size=40)
@@ -525,7 +525,7 @@ def test_stop_solves_stops_solves_on_threads_through_the_solvers_apis() -> None:
                 future.result(timeout=10)
         assert time.perf_counter() - t0 < 5
     assert _cbc_of(os.getpid()) == []
-    from imle_solvers.adapters import _interrupt
+    from imle_solvers import _interrupt
 
     assert _interrupt._active == {}  # nothing stays registered; later solves run normally
     for name in BACKENDS:
