@@ -4,12 +4,12 @@
     python examples/l2x.py --ks 10 --methods imle-sog softsub --seeds 0   # a quick look
     python examples/l2x.py --device cuda            # the same on a GPU
 
-Options are those of `imle-solvers l2x` (``--help``). Writes ``l2x.json`` and ``l2x.md`` (test MSE and
+Options are those of `imle-solvers l2x` (``--help``). Writes ``results.json`` and ``results.md`` (test MSE and
 subset precision, × 100, mean ± std over the seeds) to ``--out`` (default ``runs/l2x``).
 
 The corpus generator alone:
 
-    from imle_solvers.experiments.planted import make_corpus
+    from imle_solvers.experiments.l2x.planted import make_corpus
     corpus = make_corpus(1000, seed=0)      # .tokens [N, 50], .ratings [N], .planted [N, 50]
     corpus.oracle_precision(10)             # the best subset precision any explainer can reach
 """

@@ -26,7 +26,7 @@ import argparse
 import numpy as np
 import torch
 
-from imle_solvers.report import format_table
+from imle_solvers.app.report import format_table
 from imle_solvers.training import train_model
 from imle_solvers.training.problems import make_problem
 
@@ -112,9 +112,9 @@ def main() -> None:
                     "dpo_samples": d["dpo_samples"],
                 },
             )
-            acc[name].append(100 * out["accuracy"])
+            acc[name].append(100 * out.accuracy)
             models[name] = model
-            print(f"seed {seed} {name:>10}: accuracy {100 * out['accuracy']:.1f}%", flush=True)
+            print(f"seed {seed} {name:>10}: accuracy {100 * out.accuracy:.1f}%", flush=True)
         if args.plot and seed == args.seeds[0]:
             plot(problem, models, args.plot)
     rows = [

@@ -5,7 +5,7 @@
     python examples/topk_toy.py --instances 10          # also: the same experiment on 10 instances
     python examples/topk_toy.py --noise-study 10        # only: SoG vs Gumbel at matched temperatures
 
-Writes ``topk_toy.json``, ``topk_toy.md`` and ``topk_toy.png`` to ``--out`` (default ``runs/topk_toy``).
+Writes ``results.json``, ``results.md`` and ``topk_toy.png`` to ``--out`` (default ``runs/topk_toy``).
 With ``--instances N`` it then repeats the experiment for seeds ``0 .. N-1`` (a fresh ``b`` and ``θ₀``
 each) and writes ``instances.md`` / ``instances.json``: how often each method beats STE, its mean gap
 ``L − L*`` and its mean rank. With ``--noise-study N`` it runs only the five I-MLE noises (SoG and Gumbel
@@ -21,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
+from imle_solvers.app.report import format_table
 from imle_solvers.experiments import topk_toy
-from imle_solvers.report import format_table
 
 
 def main(argv: list[str]) -> int:
@@ -49,13 +49,18 @@ def main(argv: list[str]) -> int:
         results.append(topk_toy.run_toy(runs=args.runs or 100, seed=seed))
     summary = topk_toy.summarize_instances(results)
     rows = [
-        {**row, "mean gap": f"{row['mean gap']:.3f}", "median gap": f"{row['median gap']:.3f}",
-         "mean rank": "—" if row["mean rank"] is None else f"{row['mean rank']:.2f}",
-         "beats ste-gumbel": "—" if row.get("beats ste-gumbel") is None else row["beats ste-gumbel"]}
+        {
+            **row,
+            "mean gap": f"{row['mean gap']:.3f}",
+            "median gap": f"{row['median gap']:.3f}",
+            "mean rank": "—" if row["mean rank"] is None else f"{row['mean rank']:.2f}",
+            "beats ste-gumbel": "—" if row.get("beats ste-gumbel") is None else row["beats ste-gumbel"],
+        }
         for row in summary
-    ]  # fmt: skip
-    table = format_table(rows, columns=["method", "instances", "mean gap", "median gap", "mean rank",
-                                        "beats ste-gumbel"])  # fmt: skip
+    ]
+    table = format_table(
+        rows, columns=["method", "instances", "mean gap", "median gap", "mean rank", "beats ste-gumbel"]
+    )
     # the paper's heat-map claim: SoG beats Gumbel at more than half of the (λ, η) grid points
     grids = [topk_toy.compare_grid(r) for r in results]
     wins, total = sum(g["wins"] for g in grids), sum(g["total"] for g in grids)
@@ -71,10 +76,16 @@ def main(argv: list[str]) -> int:
     command = "python examples/topk_toy.py " + " ".join(argv)
     (out / "instances.md").write_text(f"{table}\n\n{heat}\n\nCommand: `{command.strip()}`\n")
     per_instance = [
-        {"seed": r.config["seed"], "loss_star": r.config["loss_star"], "loss_init": r.config["loss_init"],
-         "rows": [row.to_dict() for row in r.rows], "sog_vs_gumbel": g, "grid": r.grid}
+        {
+            "seed": r.config["seed"],
+            "loss_star": r.config["loss_star"],
+            "loss_init": r.config["loss_init"],
+            "rows": [row.to_dict() for row in r.rows],
+            "sog_vs_gumbel": g,
+            "grid": r.grid,
+        }
         for r, g in zip(results, grids)
-    ]  # fmt: skip
+    ]
     (out / "instances.json").write_text(json.dumps({"summary": summary, "instances": per_instance}, indent=1))
     print(f"wrote {out / 'instances.md'}, {out / 'instances.json'}")
     return 0
@@ -102,18 +113,25 @@ def noise_study(instances: int, runs: int, out: Path, argv: list[str]) -> int:
         wins, total = sum(g["wins"] for g in grids), sum(g["total"] for g in grids)
         std_wins = sum(g["std_wins"] for g in grids)
         rows.append(
-            {"first": topk_toy.METHODS[first].name, "second": topk_toy.METHODS[second].name,
-             "first lower mean L": f"{wins} / {total} ({100 * wins / total:.0f} %)",
-             "first lower std": f"{std_wins} / {total} ({100 * std_wins / total:.0f} %)",
-             "mean diff of final L": f"{sum(g['mean_diff'] for g in grids) / len(grids):+.3f}"}
-        )  # fmt: skip
+            {
+                "first": topk_toy.METHODS[first]().name,
+                "second": topk_toy.METHODS[second]().name,
+                "first lower mean L": f"{wins} / {total} ({100 * wins / total:.0f} %)",
+                "first lower std": f"{std_wins} / {total} ({100 * std_wins / total:.0f} %)",
+                "mean diff of final L": f"{sum(g['mean_diff'] for g in grids) / len(grids):+.3f}",
+            }
+        )
     summary = topk_toy.summarize_instances(results, reference="imle-gumbel")
     best = [
-        {"method": s["method"], "mean gap (best setting)": f"{s['mean gap']:.3f}",
-         "median gap": f"{s['median gap']:.3f}", "mean rank": f"{s['mean rank']:.2f}",
-         "beats Gumbel(0,1)": "—" if s.get("beats imle-gumbel") is None else s["beats imle-gumbel"]}
+        {
+            "method": s["method"],
+            "mean gap (best setting)": f"{s['mean gap']:.3f}",
+            "median gap": f"{s['median gap']:.3f}",
+            "mean rank": f"{s['mean rank']:.2f}",
+            "beats Gumbel(0,1)": "—" if s.get("beats imle-gumbel") is None else s["beats imle-gumbel"],
+        }
         for s in summary
-    ]  # fmt: skip
+    ]
     text = format_table(rows) + "\n\n" + format_table(best)
     print(text)
     out.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,14 @@
     python examples/vae.py --data ~/mnist.npz --epochs 100    # MNIST from disk, the paper's 100 epochs
     python examples/vae.py --methods imle-sog-10 gsm-categorical --seeds 0 --epochs 5   # a quick look
 
-Options are those of `imle-solvers vae` (``--help``). Writes ``vae.json``, ``vae.md``, ``vae_curves.png``
-(test loss per epoch) and ``vae_recon.png`` (test digits and their reconstructions) to ``--out``
-(default ``runs/vae``). See docs/experiments.md.
+Options are those of `imle-solvers vae` (``--help``). Writes ``results.json``, ``results.md``,
+``vae_curves.png`` (test loss per epoch) and ``vae_recon.png`` (test digits and their reconstructions)
+to ``--out`` (default ``runs/vae``). See docs/experiments.md.
 
 The same experiment through the Python API:
 
     from imle_solvers.experiments.vae import VAEConfig, run_vae, result_table
-    result = run_vae(VAEConfig(methods=("imle-sog-10", "ste-gumbel"), seeds=(0,), epochs=5))
+    result = run_vae(VAEConfig(methods=("imle-sog-10", "ste-gumbel"), seeds=(0,), epochs=5, out="runs/vae5"))
     print(result_table(result))
 """
 

@@ -1,7 +1,9 @@
-"""The `imle-solvers` command: `demo`, `toy`, `vae`, `l2x`, `train` and `bench`.
+"""The `imle-solvers` command (also `python -m imle_solvers`): `demo`, `toy`, `vae`, `l2x`, `train`, `bench`.
 
-Each command lives in its own module exposing `main(argv: list[str]) -> int`; the module is
-imported only when its command runs, so `imle-solvers --help` is instant and needs no extras.
+Each command lives in its own module exposing ``COMMAND`` (a [`Command`][imle_solvers.app.command.Command]:
+its configuration type, whose fields generate its parser, and ``run(config)``, which does from Python
+what the command does) and ``main(argv) -> int``. The module is imported only when its command runs,
+so `imle-solvers --help` is instant and needs no extras.
 """
 
 from __future__ import annotations
@@ -11,20 +13,23 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "HelpFormatter", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "imle_solvers.experiments.pto_demo",
         "train a shortest-path model three ways and plot its learning curves",
     ),
-    "toy": ("imle_solvers.experiments.topk_toy", "the I-MLE paper's synthetic top-k experiment"),
-    "vae": ("imle_solvers.experiments.vae", "the I-MLE paper's discrete 10-subset VAE"),
-    "l2x": ("imle_solvers.experiments.l2x", "learning to explain on a planted-explanation corpus"),
-    "train": ("imle_solvers.training", "predict-then-optimize training: compare methods on one problem"),
+    "toy": ("imle_solvers.experiments.topk_toy.cli", "the I-MLE paper's synthetic top-k experiment"),
+    "vae": ("imle_solvers.experiments.vae.cli", "the I-MLE paper's discrete 10-subset VAE"),
+    "l2x": ("imle_solvers.experiments.l2x.cli", "learning to explain on a planted-explanation corpus"),
+    "train": (
+        "imle_solvers.training.command",
+        "predict-then-optimize training: compare methods on one problem",
+    ),
     "bench": ("imle_solvers.benchmarks", "time the solver back ends, the pool, the layer and training"),
 }
-"""Command name → (module whose `main(argv)` runs it, one-line summary shown by `--help`)."""
+"""Command name → (module with its ``COMMAND`` and ``main(argv)``, one-line summary shown by `--help`)."""
 
 DESCRIPTION = """\
 Differentiable combinatorial solvers for PyTorch (Implicit MLE).
@@ -34,22 +39,8 @@ Run 'imle-solvers COMMAND --help' for the options of a command."""
 EPILOG = """\
 examples:
   imle-solvers demo                       # a first run: writes runs/demo/curves.png
-  imle-solvers train --method all --deg 4
+  imle-solvers train --methods all --deg 4
   imle-solvers bench backends --quick"""
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Help that shows each option's default and keeps the description's line breaks.
-
-    As `argparse.ArgumentDefaultsHelpFormatter`, but silent about defaults that say nothing (`None`,
-    `False` of a flag) and about help that already names its default.
-    """
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
-            return text
-        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,10 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SystemExit as exc:
             return int(exc.code or 0) if not isinstance(exc.code, str) else 2
         return 2  # pragma: no cover - parse_args always exits here
-    module = importlib.import_module(COMMANDS[args[0]][0])
     try:
+        module = importlib.import_module(COMMANDS[args[0]][0])
         return int(module.main(args[1:]) or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the command's own handling (while importing, parsing)
         print("interrupted", file=sys.stderr)
         return 130
 

@@ -14,7 +14,9 @@ Hierarchy::
     ├── NegativeCycleError                              shortest path with a negative cycle
     ├── WorkerCrashedError                              a pool worker died mid-call
     ├── InvalidSolutionError                            a solver's state violates the declared model
-    └── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
+    ├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
+    ├── ConfigError              (also a ValueError)    a command's setting that cannot work
+    └── OutputError              (also an OSError)      a command's results could not be written
 
     UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
 """
@@ -24,12 +26,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 __all__ = [
+    "ConfigError",
     "ImleSolversError",
     "InfeasibleError",
     "InvalidSolutionError",
     "InvalidWeightsError",
     "MissingExtraError",
     "NegativeCycleError",
+    "OutputError",
     "SolverTimeoutError",
     "UnboundedError",
     "UnprovenSolutionWarning",
@@ -134,6 +138,28 @@ class InvalidSolutionError(ImleSolversError):
 
 class MissingExtraError(ImleSolversError, ImportError):
     """An optional dependency is missing; the message names the ``pip install 'imle-solvers[extra]'``."""
+
+
+class ConfigError(ImleSolversError, ValueError):
+    """A setting of a command or of its configuration that cannot work: a value out of range, an unknown
+    name, a combination of options that does not fit, an output folder that is a file, a device this
+    machine lacks. Raised before any work starts.
+
+    ``.field`` names the setting (``None`` for a combination of settings) and ``.reason`` says what is
+    wrong with it; the message is ``"{field} {reason}"``, the command line shows
+    ``"argument --{field}: {reason}"``.
+    """
+
+    def __init__(self, reason: str, field: str | None = None) -> None:
+        self.reason, self.field = reason, field
+        super().__init__(f"{field} {reason}" if field else reason)
+
+
+class OutputError(ImleSolversError, OSError):
+    """A command's results could not be written (a full disk, a folder removed while it ran).
+
+    The results that had finished were handed to the caller before the failed write (``on_result``).
+    """
 
 
 class UnprovenSolutionWarning(RuntimeWarning):

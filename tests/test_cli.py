@@ -1,16 +1,29 @@
+"""The `imle-solvers` command: the top level, and what every command shares (configuration, errors)."""
+
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 from imle_solvers import __version__, cli
+from imle_solvers.app.command import Command
+from imle_solvers.app.config import CommandConfig, fields, option, render
+from imle_solvers.app.registry import Registry
+from imle_solvers.app.report import format_table
+from imle_solvers.app.results import Metric, ResultWriter, Summary, mean_std
+from imle_solvers.app.session import command_line
 from imle_solvers.benchmarks import SUITES
-from imle_solvers.benchmarks import build_parser as bench_parser
-from imle_solvers.errors import MissingExtraError
-from imle_solvers.experiments import pto_demo
-from imle_solvers.report import format_table, write_outputs
+from imle_solvers.errors import ConfigError, MissingExtraError
+from tests.support.paths import ROOT
 
 # reST/Markdown/Sphinx markup that must not reach a terminal
 MARKUP = re.compile(r"\*\*|``|:(?:class|meth|func|data|attr|mod|exc):|\]\[|::\s*$|^\s*\.\. ", re.M)
@@ -37,9 +50,14 @@ commands:
 
 examples:
   imle-solvers demo                       # a first run: writes runs/demo/curves.png
-  imle-solvers train --method all --deg 4
+  imle-solvers train --methods all --deg 4
   imle-solvers bench backends --quick
 """
+
+
+def command(name: str) -> Command[Any, Any]:
+    """The `Command` of an `imle-solvers` command (its module is imported)."""
+    return importlib.import_module(cli.COMMANDS[name][0]).COMMAND  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)
@@ -75,79 +93,379 @@ def test_version(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"imle-solvers {__version__}\n"
 
 
-def test_bench_help_lists_every_suite_with_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.timeout(60)
+def test_python_dash_m_imle_solvers() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "imle_solvers", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout == f"imle-solvers {__version__}\n"
+    bad = subprocess.run(
+        [sys.executable, "-m", "imle_solvers", "demo", "--epochs", "-3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "imle-solvers demo: error: argument --epochs: must be a positive integer, got -3"
+    )
+
+
+# --- every command: one configuration type, its parser generated from it -----------------------------
+
+
+@pytest.mark.parametrize("name", list(cli.COMMANDS))
+def test_every_command_is_a_config_and_a_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    cmd = command(name)
+    config_type = cmd.config
+    assert issubclass(config_type, CommandConfig) and config_type.command == name
+    assert config_type.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        config_type("positional")  # keyword-only
+    parser = config_type.parser()
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    specs = fields(config_type)
+    assert set(actions) == {spec.name for spec in specs}  # every option is a field and back
+    for spec in specs:
+        action = actions[spec.name]
+        assert action.help, spec.name
+        if spec.default is dataclasses.MISSING:
+            continue
+        assert action.default == spec.default, spec.name  # the default comes from the field alone
+        if spec.base is not bool:
+            assert "(default: " in action.help, spec.name  # help shows every default
     with pytest.raises(SystemExit) as exc:
-        cli.main(["bench", "--help"])
+        cli.main([name, "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert not MARKUP.search(out)
-    for name in [*SUITES, "all"]:
-        assert re.search(rf"^  {name}\s+\S", out, flags=re.M), name
-    for suite in ("pto", "backends"):
-        assert suite in SUITES
-    parser = bench_parser()
-    for action in parser._actions:
-        assert action.help, action.dest
+    assert out.startswith(f"usage: imle-solvers {name}") and not MARKUP.search(out)
 
 
-def test_bench_rejects_unknown_suite(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("name", [n for n in cli.COMMANDS if n != "bench"])
+def test_defaults_round_trip_through_the_command_line(name: str, tmp_path: Path) -> None:
+    config_type = command(name).config
+    argv = ["--out", str(tmp_path)] if any(s.name == "out" for s in fields(config_type)) else []
+    config = config_type.from_argv(argv)
+    words = command_line(config).split()
+    assert words[:2] == ["imle-solvers", name]
+    assert config_type.from_argv(words[2:]) == config
+
+
+# (command, argv, message): each is an error before any work, one line, exit status 2
+BAD = [
+    ("demo", ["--epochs", "-3"], "argument --epochs: must be a positive integer, got -3"),
+    ("demo", ["--deg", "0"], "argument --deg: must be a positive integer, got 0"),
+    ("demo", ["--n-train", "0"], "argument --n-train: must be a positive integer, got 0"),
+    ("demo", ["--epochs", "many"], "argument --epochs: not a number: 'many'"),
+    ("demo", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
+    ("toy", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
+    ("toy", ["--steps", "1.5"], "argument --steps: must be an integer, got 1.5"),
+    ("toy", ["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    ("vae", ["--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
+    ("vae", ["--lr", "nan"], "argument --lr: must be a finite number > 0, got nan"),
+    ("vae", ["--methods", "x"], "argument --methods/--method: must be one of 'imle-sog-1'"),
+    ("vae", ["--out", "{file}/sub"], "argument --out: '{file}/sub' lies below the file '{file}'"),
+    ("vae", ["--data", "{missing}"], "argument --data: '{missing}': no such file or folder"),
+    ("vae", ["--device", "tpu"], "argument --device: must be cpu, cuda, cuda:N or auto, got 'tpu'"),
+    ("l2x", ["--ks", "50"], "argument --ks: must be in [1, 50) (the review length), got [50]"),
+    ("l2x", ["--train", "0"], "argument --n-train/--train: must be a positive integer, got 0"),
+    ("l2x", ["--seeds", "1", "1"], "argument --seeds/--seed: must be non-empty and without repeats"),
+    ("l2x", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
+    ("train", ["--epochs", "-3"], "argument --epochs: must be a positive integer, got -3"),
+    ("train", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
+    (
+        "bench",
+        ["layer", "--json", "{missing}/rows.json"],
+        "argument --json: '{missing}/rows.json': the folder",
+    ),
+    ("bench", ["layer", "--json", "{dir}"], "argument --json: '{dir}' is a folder: it must name a file"),
+    ("bench", ["nope"], "argument SUITE: must be one of 'adapters', 'backends'"),
+]
+if not torch.cuda.is_available():
+    BAD += [
+        (name, ["--device", "cuda"], "argument --device: cuda: CUDA is not available on this machine")
+        for name in ("train", "vae", "l2x")
+    ]
+
+
+@pytest.mark.parametrize(("name", "argv", "message"), BAD, ids=lambda v: v if isinstance(v, str) else None)
+def test_bad_options_stop_before_any_work(
+    name: str,
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    module = importlib.import_module(cli.COMMANDS[name][0])
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the command started working before its options were checked")
+
+    monkeypatch.setattr(module, "COMMAND", dataclasses.replace(module.COMMAND, run=boom))
+    a_file, a_dir = tmp_path / "a-file", tmp_path / "a-dir"
+    a_file.write_text("x")
+    a_dir.mkdir()
+    names = {"file": str(a_file), "dir": str(a_dir), "missing": str(tmp_path / "missing")}
+    argv = [a.format(**names) for a in argv]
+    if name != "bench" and "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
     with pytest.raises(SystemExit) as exc:
-        cli.main(["bench", "nope"])
+        cli.main([name, *argv])
     assert exc.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.startswith(f"usage: imle-solvers {name}")
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"imle-solvers {name}: error: ") and message.format(**names) in last
 
 
-def test_demo_help_snapshot(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        cli.main(["demo", "--help"])
-    out = capsys.readouterr().out
-    assert not MARKUP.search(out)
-    assert re.search(r"--epochs EPOCHS +training epochs of each method \(default: 10\)", out)
-    assert re.search(
-        r"--out DIR +directory for curves.png \(the learning curves\) \(default: runs/demo\)", out
+def test_old_spellings_are_aliases(tmp_path: Path) -> None:
+    out = ["--out", str(tmp_path)]
+    vae = command("vae").config
+    assert vae.from_argv(["--method", "ste-sog", "--seed", "4", "--quiet", *out]) == vae.from_argv(
+        ["--methods", "ste-sog", "--seeds", "4", "--no-progress", *out]
     )
-    for action in pto_demo.build_parser()._actions:
-        assert action.help, action.dest
+    l2x = command("l2x").config
+    assert l2x.from_argv(["--train", "9", "--val", "8", "--test", "7", *out]) == l2x.from_argv(
+        ["--n-train", "9", "--n-val", "8", "--n-test", "7", *out]
+    )
+    demo = command("demo").config
+    assert demo.from_argv(["--quiet", *out]) == demo.from_argv(["--no-progress", *out])
 
 
-def test_every_command_answers_help(capsys: pytest.CaptureFixture[str]) -> None:
-    for command in cli.COMMANDS:
-        with pytest.raises(SystemExit) as exc:
-            cli.main([command, "--help"])
-        assert exc.value.code == 0
-        out = capsys.readouterr().out
-        assert out.startswith(f"usage: imle-solvers {command}")
-        if command != "train":  # train's options are documented by its own module
-            assert not MARKUP.search(out), command
+@pytest.mark.parametrize(("name", "module"), [("vae", "run"), ("l2x", "run")])
+def test_vae_and_l2x_keep_the_finished_runs_on_ctrl_c(
+    name: str,
+    module: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    runner = importlib.import_module(f"imle_solvers.experiments.{name}.{module}")
+    real, calls = runner._train_one, []
+
+    def interrupted_second(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_train_one", interrupted_second)
+    small = {
+        "vae": ["--methods", "ste-gumbel", "--seeds", "0", "1", "--epochs", "1", "--max-train", "50",
+                "--max-test", "20"],
+        "l2x": ["--methods", "ste", "--ks", "3", "--seeds", "0", "1", "--train", "20", "--val", "10",
+                "--test", "10", "--epochs", "1"],
+    }[name]  # fmt: skip
+    out = tmp_path / "out"
+    assert cli.main([name, *small, "--out", str(out), "--no-progress"]) == 130
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is False and len(saved["runs"]) == 1 and saved["runs"][0]["seed"] == 0
+    assert len(list((out / "runs").iterdir())) == 1
+    captured = capsys.readouterr()
+    assert f"1 finished run(s) kept in {out / 'runs'}" in captured.err and "Traceback" not in captured.err
 
 
-def test_demo_plots_what_training_returns(
+def test_bench_writes_its_json_suite_by_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+    import types
+
+    import imle_solvers.benchmarks as bench
+
+    fake = types.ModuleType("fake_suite")
+    fake.run = lambda quick: [{"configuration": "x", "s": 0.5 if quick else 1.0}]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_suite", fake)
+    monkeypatch.setattr(bench, "SUITES", {"fake": ("fake_suite", "a fake suite"), **SUITES})
+    target = tmp_path / "rows.json"
+    assert cli.main(["bench", "fake", "--quick", "--json", str(target)]) == 0
+    assert json.loads(target.read_text()) == {"fake": [{"configuration": "x", "s": 0.5}]}
+    assert "## bench fake" in capsys.readouterr().out
+
+
+# --- the shared machinery ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Demo(CommandConfig):
+    command = "x"
+
+    count: int = option(
+        3, "a count", check=lambda v: v if v > 0 else (_ for _ in ()).throw(ValueError("bad"))
+    )
+    names: tuple[str, ...] = option(("a",), "names", choices=("a", "b"))
+    drops: tuple[int, ...] | None = option(None, "optional list", default_text="the schedule's")
+    rate: float = option(0.5, "a rate")
+    flag: bool = option(False, "a flag")
+    keep: bool = option(True, "turn off", flags=("--no-keep",))
+    extra: str = "python only"
+
+
+def test_config_generator_declares_each_setting_once() -> None:
+    assert [s.name for s in fields(_Demo)] == ["count", "names", "drops", "rate", "flag", "keep"]
+    config = _Demo.from_argv(["--count", "2", "--names", "b", "a", "--drops", "3", "--flag", "--no-keep"])
+    assert config == _Demo(count=2, names=("b", "a"), drops=(3,), flag=True, keep=False)
+    assert _Demo(drops=()).drops == ()  # an optional sequence may say "none" explicitly
+    for bad, message in [
+        ({"count": 0}, "count bad"),
+        ({"names": ("c",)}, "names must be one of 'a', 'b', got 'c'"),
+        ({"names": ()}, "names must be non-empty and without repeats"),
+        ({"names": "ab"}, "names must be a sequence of values, got 'ab'"),
+        ({"rate": "fast"}, "rate must be a number, got 'fast'"),
+        ({"flag": 1}, "flag must be True or False, got 1"),
+        ({"count": None}, "count must be given, got None"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            _Demo(**bad)
+    help_text = _Demo.parser().format_help()
+    assert "(default: the schedule's)" in help_text and "(default: 3)" in help_text
+    assert (render(None), render((1.0, 2.5)), render(()), render(1e-3)) == ("none", "1 2.5", "none", "0.001")
+    with pytest.raises(TypeError, match="needs flags="):
+
+        @dataclasses.dataclass(frozen=True, kw_only=True)
+        class Bad(CommandConfig):
+            on: bool = option(True, "on")
+
+        fields(Bad)
+
+
+def test_registry_is_a_documented_mapping() -> None:
+    def alpha() -> int:
+        """First line.
+
+        More."""
+        return 1
+
+    def undocumented() -> int:
+        return 2
+
+    registry = Registry("thing", {"alpha": alpha})
+    assert list(registry) == ["alpha"] and registry["alpha"]() == 1 and len(registry) == 1
+    assert registry.help("alpha") == "First line" and registry.describe() == "alpha: First line"
+    with pytest.raises(KeyError, match="unknown thing 'beta'; choose from alpha"):
+        registry["beta"]
+    with pytest.raises(TypeError, match="has no docstring"):
+        Registry("thing", {"u": undocumented})
+
+
+def test_summary_gives_numbers_and_a_table() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Run:
+        method: str
+        x: float
+        t: float
+
+        @property
+        def key(self) -> str:
+            return self.method
+
+    summary = Summary(by=("method",), metrics=(Metric("x", "x", 2), Metric("t", "time", 1, spread=False)))
+    rows = summary.rows([Run("a", 1.0, 3.0), Run("b", 5.0, 1.0), Run("a", 3.0, 1.0)])
+    assert rows == [
+        {"method": "a", "seeds": 2, "x_mean": 2.0, "x_std": pytest.approx(2**0.5), "t_mean": 2.0},
+        {"method": "b", "seeds": 1, "x_mean": 5.0, "x_std": 0.0, "t_mean": 1.0},
+    ]
+    table = summary.table([Run("a", 1.0, 3.0), Run("a", 3.0, 1.0)])
+    assert "| 2.00 ± 1.41 | 2.0" in table
+    assert mean_std([1.0, float("inf")]) == (float("inf"), 0.0)
+
+
+def test_result_writer_and_a_missing_matplotlib(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    @dataclasses.dataclass(frozen=True)
+    class Run:
+        method: str
+        value: float
+
+        @property
+        def key(self) -> str:
+            return f"{self.method}-run"
+
+    def drawn(path: Path) -> None:
+        path.write_bytes(b"png")
+
+    def no_matplotlib(path: Path) -> None:
+        raise MissingExtraError("matplotlib is missing: pip install 'imle-solvers[plot]'")
+
+    writer = ResultWriter(tmp_path, "imle-solvers x --y 1", {"y": (1, 2)})
+    writer.add(Run("a", 0.5))
+    assert json.loads((tmp_path / "runs" / "a-run.json").read_text()) == {
+        "command": "imle-solvers x --y 1",
+        "config": {"y": [1, 2]},
+        "run": {"method": "a", "value": 0.5},
+    }
+    written = writer.finish(
+        complete=True,
+        runs=[Run("a", 0.5)],
+        summary=[{"method": "a", "value_mean": 0.5}],
+        markdown="# header\n\n| t |",
+        plots=[("f.png", drawn), ("g.png", no_matplotlib)],
+    )
+    assert written == [tmp_path / n for n in ("results.json", "results.md", "f.png")]
+    assert (tmp_path / "results.md").read_text() == "# header\n\n| t |\n\nCommand: `imle-solvers x --y 1`\n"
+    assert (tmp_path / "f.png").read_bytes() == b"png" and not (tmp_path / "g.png").exists()
+    assert "no plot: matplotlib is missing" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.png", "results.json", "results.md", "runs"]
+
+
+def test_format_table() -> None:
+    table = format_table([{"a": 1, "b": 0.123456}, {"a": 22, "c": "x"}])
+    lines = table.splitlines()
+    assert lines[0].split("|")[1].strip() == "a" and "c" in lines[0]
+    assert "0.1235" in table and len(lines) == 4
+
+
+def test_demo_prints_and_writes_what_training_returns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The demo's reporting and plotting on given training results (the training is tested elsewhere)."""
+    """The demo's configuration and report on given training results (the training is tested elsewhere)."""
     pytest.importorskip("matplotlib")
-    import imle_solvers.training as training
+    from imle_solvers.experiments import pto_demo
+    from imle_solvers.training import TrainConfig, TrainRun
 
-    def fake_run(config: training.TrainConfig) -> list[dict[str, object]]:
-        assert config.problem == "shortest-path" and config.epochs == 2 and config.n_test == 1000
+    seen: list[TrainConfig] = []
+
+    def fake_train(config: TrainConfig, on_result: Any = None) -> list[TrainRun]:
+        seen.append(config)
         return [
-            {
-                "method": m,
-                "regret": 0.1 + i / 100,
-                "accuracy": 0.5,
-                "epoch_time": 0.01,
-                "curve": [0.6, 0.2, 0.1 + i / 100],
-            }
+            TrainRun(
+                m,
+                0,
+                0.1 + i / 100,
+                0.5,
+                [0.6, 0.2, 0.1 + i / 100],
+                [0.0] * 3,
+                0.01,
+                [0.01] * 2,
+                [1.0] * 2,
+                [0.01] * 2,
+            )
             for i, m in enumerate(config.methods)
         ]
 
-    monkeypatch.setattr(training, "run", fake_run)
+    monkeypatch.setattr(pto_demo, "train", fake_train)
     assert cli.main(["demo", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    (config,) = seen
+    assert (config.problem, config.epochs, config.n_test, config.deg, config.out) == (
+        "shortest-path",
+        2,
+        1000,
+        4,
+        str(tmp_path),
+    )
+    assert config.methods == pto_demo.METHODS and config.threads == 1 and not config.show_progress
     out = capsys.readouterr().out
-    png = tmp_path / "curves.png"
-    assert png.read_bytes().startswith(b"\x89PNG")
-    assert f"learning curves: {png.resolve()}" in out
-    assert "best: imle-mumu (regret 0.1000)" in out
+    assert "best: imle-mumu (regret 0.1000)" in out and "| imle-mumu | 0.1" in out
 
 
 @pytest.mark.slow
@@ -161,30 +479,3 @@ def test_demo_writes_learning_curve_png(tmp_path: Path, capsys: pytest.CaptureFi
     assert png.read_bytes().startswith(b"\x89PNG")
     assert f"learning curves: {png.resolve()}" in out
     assert "imle-mumu" in out and "spo+" in out and "two-stage" in out
-
-
-def test_format_table() -> None:
-    table = format_table([{"a": 1, "b": 0.123456}, {"a": 22, "c": "x"}])
-    lines = table.splitlines()
-    assert lines[0].split("|")[1].strip() == "a" and "c" in lines[0]
-    assert "0.1235" in table and len(lines) == 4
-
-
-def test_write_outputs_and_no_matplotlib(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    def save(path: Path) -> None:
-        path.write_text('{"x": 1}')
-
-    def drawn() -> list[Path]:
-        (tmp_path / "a" / "f.png").write_bytes(b"png")
-        return [tmp_path / "a" / "f.png"]
-
-    def no_matplotlib() -> list[Path]:
-        raise MissingExtraError("matplotlib is missing: pip install 'imle-solvers[plot]'")
-
-    written = write_outputs(tmp_path / "a", "run", save, "# header\n\n| t |", " cmd --x 1 ", plots=drawn)
-    assert written == [tmp_path / "a" / n for n in ("run.json", "run.md", "f.png")]
-    assert (tmp_path / "a" / "run.md").read_text() == "# header\n\n| t |\n\nCommand: `cmd --x 1`\n"
-    assert (tmp_path / "a" / "run.json").read_text() == '{"x": 1}'
-    written = write_outputs(tmp_path / "b", "run", save, "h", "cmd", plots=no_matplotlib)
-    assert written == [tmp_path / "b" / "run.json", tmp_path / "b" / "run.md"]
-    assert "no plot: matplotlib is missing" in capsys.readouterr().err

@@ -7,15 +7,20 @@ suite times calls with [`time_per_call`][imle_solvers.benchmarks.time_per_call].
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
-import json
+import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from ..report import format_table
+from ..app.command import Command
+from ..app.config import CommandConfig, option
+from ..app.report import format_table
+from ..app.results import atomic_write_json
+from ..errors import ConfigError, OutputError
 
-__all__ = ["SUITES", "main", "time_per_call"]
+__all__ = ["COMMAND", "SUITES", "BenchConfig", "build_parser", "main", "run", "time_per_call"]
 
 SUITES: dict[str, tuple[str, str]] = {
     "adapters": ("imle_solvers.benchmarks.adapters", "each adapter vs its bare solver call, per call"),
@@ -55,44 +60,110 @@ def time_per_call(
     return rounds[len(rounds) // 2]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of `imle-solvers bench`."""
-    from ..cli import HelpFormatter
+def _suite_listing() -> str:
+    width = max(len(name) for name in SUITES)
+    listing = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in SUITES.items())
+    return f"suites:\n{listing}\n  {'all':<{width}}  every suite above, one after the other"
 
-    listing = "\n".join(f"  {name:<9} {summary}" for name, (_, summary) in SUITES.items())
-    parser = argparse.ArgumentParser(
-        prog="imle-solvers bench",
-        description="Time the library on this machine and print one table per suite.\n\n"
-        f"suites:\n{listing}\n  all       every suite above, one after the other",
-        epilog="example: imle-solvers bench backends --quick --json runs/backends.json",
-        formatter_class=HelpFormatter,
-    )
-    parser.add_argument(
-        "suite",
-        choices=[*SUITES, "all"],
+
+def _json_path(value: str) -> str:
+    if not value:
+        raise ValueError("must be a file name, got ''")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommandConfig):
+    """Settings of ``imle-solvers bench`` (`run` takes it).
+
+    Attributes
+    ----------
+    suite
+        A key of `SUITES`, or ``all``.
+    quick
+        Fewer repetitions: a smoke run in seconds.
+    json
+        Also write the rows to this JSON file (rewritten after every suite, atomically).
+    """
+
+    command: ClassVar[str] = "bench"
+    description: ClassVar[str] = "Time the library on this machine and print one table per suite."
+    epilog: ClassVar[str] = "example: imle-solvers bench backends --quick --json runs/backends.json"
+
+    suite: str = option(
+        dataclasses.MISSING,
+        "which suite to run (listed below)",
+        choices=lambda: (*SUITES, "all"),
+        positional=True,
         metavar="SUITE",
-        help=f"which suite to run: {', '.join(SUITES)} or all",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke run in seconds")
-    parser.add_argument("--json", metavar="PATH", default=None, help="also write the rows to this JSON file")
-    return parser
+    quick: bool = option(False, "fewer repetitions: a smoke run in seconds")
+    json: str | None = option(
+        None, "also write the rows to this JSON file", metavar="PATH", check=_json_path, default_text="none"
+    )
+
+    @classmethod
+    def help_epilog(cls) -> str:
+        return f"{_suite_listing()}\n\n{cls.epilog}"
+
+    def preflight(self) -> None:
+        """The JSON file can be written: its folder exists and is writable, and it is not a folder."""
+        if self.json is None:
+            return
+        target = os.path.abspath(self.json)
+        folder = os.path.dirname(target)
+        if os.path.isdir(target):
+            raise ConfigError(f"{self.json!r} is a folder: it must name a file", "json")
+        if not os.path.isdir(folder):
+            raise ConfigError(f"{self.json!r}: the folder {folder!r} does not exist", "json")
+        if not os.access(folder, os.W_OK) or (os.path.exists(target) and not os.access(target, os.W_OK)):
+            raise ConfigError(f"cannot write to {self.json!r}: permission denied", "json")
 
 
-def main(argv: Sequence[str]) -> int:
-    """Run `imle-solvers bench SUITE [--quick] [--json PATH]`; returns the exit status."""
-    args = build_parser().parse_args(list(argv))
-    names = list(SUITES) if args.suite == "all" else [args.suite]
+def run(
+    config: BenchConfig, on_result: Callable[[Any], None] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """Run the suites of ``config`` and print their tables; returns ``suite → rows``.
+
+    The JSON file (when asked for) is checked before any suite runs and rewritten after each suite, so an
+    interruption keeps the suites that finished.
+    """
+    config.preflight()
+    names = list(SUITES) if config.suite == "all" else [config.suite]
     results: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         module = importlib.import_module(SUITES[name][0])
-        rows = module.run(quick=args.quick)
+        rows = module.run(quick=config.quick)
         results[name] = rows
         print(f"\n## bench {name}\n")
         tables: dict[str, list[dict[str, Any]]] = {}
         for row in rows:  # a suite may return several tables, told apart by their "suite" key
             tables.setdefault(str(row.get("suite", "")), []).append(row)
-        print("\n\n".join(format_table(t) for t in tables.values()))
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
-    return 0
+        print("\n\n".join(format_table(t) for t in tables.values()), flush=True)
+        if config.json:
+            try:
+                atomic_write_json(config.json, results)
+            except OSError as exc:
+                raise OutputError(f"cannot write {config.json!r}: {exc.strerror or exc}") from exc
+        if on_result is not None:
+            on_result(name)
+    return results
+
+
+def _show(config: BenchConfig, results: dict[str, list[dict[str, Any]]]) -> None:
+    if config.json:
+        print(f"\nwrote {config.json}")
+
+
+COMMAND: Command[BenchConfig, dict[str, list[dict[str, Any]]]] = Command(BenchConfig, run, _show)
+"""``imle-solvers bench``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``imle-solvers bench`` (generated from `BenchConfig`)."""
+    return BenchConfig.parser()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``imle-solvers bench SUITE [--quick] [--json PATH]``; returns the exit status."""
+    return COMMAND.main(argv)

@@ -93,7 +93,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                 method_options=options,
                 show_progress=False,
             )
-            times[label].extend(out["epoch_times"])
+            times[label].extend(out.epoch_times)
     rows = []
     for label, method, *_ in configs:
         per_epoch = statistics.median(times[label])

@@ -1,180 +1,120 @@
-"""`TrainConfig`: every option of ``imle-solvers train`` in one frozen, keyword-only record.
+"""`TrainConfig`: every setting of ``imle-solvers train`` in one frozen, keyword-only record.
 
-Constraints are declared once (`CONSTRAINTS`, as ``torch.distributions`` declares ``arg_constraints``)
-and checked twice from that one table: by the command-line parser, per option at parse time (an
-argparse error, exit status 2), and by `TrainConfig` itself for callers of the Python API (a
-``ValueError`` naming the field). ``None`` means "the problem's default" and is never produced by a
-zero or a negative number.
+Each field declares its type, default, choices, constraint and help once; the command's parser is
+generated from them (see [`CommandConfig`][imle_solvers.app.config.CommandConfig]) and the same
+declarations check a configuration built in Python ([`ConfigError`][imle_solvers.errors.ConfigError]).
+``None`` means "the problem's default" (or the schedule's);
+[`TrainConfig.resolved`][imle_solvers.training.TrainConfig.resolved] gives the configuration as a run
+uses it, with every default filled in.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
+from .._checks import in_range, integer_at_least, non_negative_int, positive, positive_int
+from ..app.config import CommandConfig, option
+from ..app.session import device_name, resolve_device
+from ..errors import ConfigError
+from .methods import METHODS
+from .problems import DEFAULTS, MODELS, PROBLEMS
 
-from .._checks import distinct, in_range, integer_at_least, non_negative_int, one_of, positive, positive_int
+__all__ = ["MODELS", "ORACLES", "SCHEDULES", "TrainConfig", "resolve_device"]
 
-__all__ = [
-    "CONSTRAINTS",
-    "DEVICES",
-    "MODELS",
-    "ORACLES",
-    "SCHEDULES",
-    "TrainConfig",
-    "option_type",
-    "resolve_device",
-]
-
-#: ``--schedule``: name → (epochs, batch size, lr, epochs after which the lr is divided by 10); ``None``
-#: leaves the problem's default. ``paper``: the Warcraft protocol of Vlastelica et al. used by the I-MLE
-#: paper (appendix, "Differentiating through Combinatorial Solvers").
 SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]]] = {
     "constant": (None, None, None, ()),
     "paper": (50, 70, 5e-4, (30, 40)),
 }
-MODELS = ("linear", "terrain-cnn", "resnet-stem")
+"""``--schedule``: name → (epochs, batch size, lr, epochs after which the lr is divided by 10); ``None``
+leaves the problem's default. ``paper``: the Warcraft protocol of Vlastelica et al. used by the I-MLE
+paper (appendix, "Differentiating through Combinatorial Solvers")."""
+
 ORACLES = ("auto", "host", "device")
-DEVICES = ("cpu", "cuda", "auto")
+NOISES = ("sog", "gumbel")
+BB_LOSSES = ("regret", "hamming")
 
 
-# Each check takes one value and raises "must be …, got …" without a name (the `_checks` helpers with
-# name ""): the parser prefixes the option ("argument --epochs: …"), `TrainConfig` the field.
+def _count(value: Any) -> int:
+    return positive_int("", value)
 
 
-def _integer(value: Any) -> int:
-    try:
-        exact = not isinstance(value, bool) and int(value) == value
-    except (TypeError, ValueError, OverflowError):  # nan, inf, text
-        exact = False
-    if not exact:
-        raise ValueError(f"must be an integer, got {value!r}")
-    return int(value)
-
-
-def _positive_int(value: Any) -> int:
-    return positive_int("", _integer(value))
-
-
-def _non_negative_int(value: Any) -> int:
-    return non_negative_int("", _integer(value))
-
-
-def _positive_float(value: Any) -> float:
-    return positive("", float(value))
-
-
-def _unit_interval(value: Any) -> float:
-    return in_range("", float(value), 0, 1)
-
-
-def _seed(value: Any) -> int:
-    v = _integer(value)
-    if not 0 <= v < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
+def _seed(value: int) -> int:
+    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
         raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
-    return v
+    return value
 
 
-def _grid_size(value: Any) -> int:
-    return integer_at_least("", _integer(value), 2)
+def _per_problem(field: str, schedule_index: int | None = None) -> str:
+    """The help's statement of a default that depends on the problem (and on the schedule)."""
+    groups: dict[str, list[str]] = {}
+    for problem, defaults in DEFAULTS.items():
+        groups.setdefault(_text(defaults[field]), []).append(problem)
+    text = "; ".join(value if len(groups) == 1 else f"{'/'.join(p)} {value}" for value, p in groups.items())
+    if schedule_index is not None:
+        text += f"; {_text(SCHEDULES['paper'][schedule_index])} with --schedule paper"
+    return f"the problem's: {text}"
 
 
-def _device(value: Any) -> str:
-    text = str(value)
-    kind, _, index = text.partition(":")
-    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
-        raise ValueError(f"must be cpu, cuda, cuda:N or auto, got {value!r}")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{text}: CUDA is not available on this machine (use --device cpu or auto)")
-    if index and int(index) >= torch.cuda.device_count():
-        raise ValueError(f"{text}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return text
-
-
-#: field → check of one value (returns the value, converted; raises ``ValueError`` with the reason)
-CONSTRAINTS: dict[str, Callable[[Any], Any]] = {
-    "epochs": _positive_int,
-    "batch_size": _positive_int,
-    "lr": _positive_float,
-    "n_train": _positive_int,
-    "n_test": _positive_int,
-    "deg": _positive_int,
-    "noise_width": _unit_interval,
-    "samples": _positive_int,
-    "size": _grid_size,
-    "tau": _positive_float,
-    "lam": _positive_float,
-    "workers": _non_negative_int,
-    "threads": _positive_int,
-    "device": _device,
-}
-_SEQUENCES: dict[str, Callable[[Any], Any]] = {"seeds": _seed, "lr_drops": _positive_int}
-
-
-def option_type(field: str) -> Callable[[str], Any]:
-    """The argparse ``type=`` of a field: parses the text and applies its constraint."""
-    check = CONSTRAINTS.get(field) or _SEQUENCES[field]
-
-    def parse(text: str) -> Any:
-        try:
-            if field == "device":
-                return check(text)
-            try:
-                number: Any = int(text)
-            except ValueError:
-                number = float(text)
-            return check(number)
-        except ValueError as exc:
-            reason = str(exc)
-            if reason.startswith(("could not convert", "invalid literal")):
-                reason = f"not a number: {text!r}"
-            raise argparse.ArgumentTypeError(reason) from None
-
-    parse.__name__ = field  # argparse names the type in "invalid <name> value" messages
-    return parse
+def _text(value: Any) -> str:
+    if isinstance(value, tuple):
+        return " ".join(str(v) for v in value) or "none"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """Options of one ``imle-solvers train`` invocation (`run` takes it; ``main`` builds it).
+class TrainConfig(CommandConfig):
+    """Settings of one ``imle-solvers train`` invocation; `run` takes it.
 
-    Fields left ``None`` take the problem's default (see ``defaults`` of
-    `make_problem`); a schedule's values override those defaults, explicit fields override both.
+    Fields left ``None`` take the problem's default (`DEFAULTS` of ``problems.py``); a schedule's values
+    override those defaults, explicit fields override both. Every field is honoured by
+    [`run`][imle_solvers.training.run] from Python as by the command: ``out`` is written, ``threads`` is
+    applied (and restored afterwards).
 
     Attributes
     ----------
     problem
         ``shortest-path``, ``knapsack`` or ``terrain``.
     methods
-        Method names (keys of `METHODS`).
+        Method names (keys of [`METHODS`][imle_solvers.training.METHODS]); ``("all",)`` for every method.
     seeds
         One run per (method, seed); a seed fixes the data and the initial model.
-    epochs, batch_size, lr
-        Adam's schedule.
+    epochs
+        Passes over the training set.
+    batch_size
+        Instances per step.
+    lr
+        Adam's learning rate.
     schedule
         ``constant`` or ``paper`` (50 epochs, batch 70, lr 5e-4, lr ÷ 10 after epochs 30 and 40).
     lr_drops
         Epochs after which the learning rate is divided by 10 (default: the schedule's).
-    n_train, n_test
-        Data set sizes.
-    deg, noise_width
-        Cost model of the PyEPO problems.
+    n_train
+        Training instances.
+    n_test
+        Test instances.
+    deg
+        Polynomial degree of the cost model of the PyEPO problems.
+    noise_width
+        Half-width ē of their multiplicative noise.
     samples
         S of the perturbation methods.
     size
         Terrain grid size K.
     model
         ``linear`` (shortest path, knapsack), ``terrain-cnn`` or ``resnet-stem`` (terrain).
-    noise, tau, lam, bb_loss
-        I-MLE perturbation (``sog`` or ``gumbel``) and temperature, λ of the PID target, the loss behind
-        ``dbb`` (``regret`` or ``hamming``).
+    noise
+        I-MLE perturbation: ``sog`` (SumOfGamma, κ from the oracle) or ``gumbel``.
+    tau
+        Temperature τ of that noise.
+    lam
+        λ of the PID target of ``imle-pid`` (eq. 8).
+    bb_loss
+        The loss behind ``dbb``: ``regret`` or ``hamming``.
     workers
         Solver pool processes for host oracles (0: solve in the training process).
     threads
-        torch CPU threads (set by the command; `run` leaves the process's setting alone).
+        torch CPU threads during the run (the previous setting is restored afterwards).
     device
         ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (CUDA when available).
     oracle
@@ -183,7 +123,8 @@ class TrainConfig:
     cache
         Keep generated terrain maps in the user cache folder (see `cache_dir`).
     out
-        Folder for ``results.json``, ``curves.png`` and one ``runs/<method>-seed<seed>.json`` per run.
+        Folder for ``results.json``, ``results.md``, ``curves.png`` and one ``runs/<method>-seed<seed>.json``
+        per run, each written as it finishes (``None``: nothing is written).
     show_progress
         Progress bars and a line per finished run.
 
@@ -199,88 +140,157 @@ class TrainConfig:
     <https://arxiv.org/abs/2106.01798>.
     """
 
-    problem: str = "shortest-path"
-    methods: tuple[str, ...] = ("imle-mumu", "spo+", "two-stage")
-    seeds: tuple[int, ...] = (0,)
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    schedule: str = "constant"
-    lr_drops: tuple[int, ...] | None = None
-    n_train: int | None = None
-    n_test: int | None = None
-    deg: int = 1
-    noise_width: float = 0.5
-    samples: int | None = None
-    size: int = 12
-    model: str | None = None
-    noise: str = "sog"
-    tau: float = 1.0
-    lam: float = 10.0
-    bb_loss: str | None = None
-    workers: int = 0
-    threads: int = 1
-    device: str = "cpu"
-    oracle: str = "auto"
-    cache: bool = True
-    out: str | None = None
-    show_progress: bool = True
+    command: ClassVar[str] = "train"
+    description: ClassVar[str] = """\
+Predict-then-optimize training and a head-to-head comparison of methods.
 
-    def __post_init__(self) -> None:
-        from .methods import METHODS
-        from .problems import PROBLEMS
+A model predicts the weights of an optimisation problem from features and is trained, by one of
+the methods, on the quality of the decisions it leads to. Reported: the normalised test regret
+(PyEPO's metric) after every epoch, the share of test instances decided optimally, and the seconds
+per training epoch."""
+    epilog: ClassVar[str] = """\
+examples:
+  imle-solvers train --problem shortest-path --methods imle-mumu spo+ two-stage --deg 4 \\
+      --seeds 0 1 2 --out runs/sp
+  imle-solvers train --problem terrain --size 30 --model resnet-stem --schedule paper \\
+      --methods imle-mumu --device cuda --out runs/warcraft30"""
 
-        for name, check in CONSTRAINTS.items():
-            value = getattr(self, name)
-            if value is not None:
-                try:
-                    object.__setattr__(self, name, check(value))
-                except ValueError as exc:
-                    raise ValueError(f"{name} {exc}") from None
-        for name, check in _SEQUENCES.items():
-            values = getattr(self, name)
-            if values is not None:
-                try:
-                    object.__setattr__(self, name, tuple(check(v) for v in values))
-                except ValueError as exc:
-                    raise ValueError(f"{name}: every value {exc}") from None
-        object.__setattr__(self, "methods", tuple(self.methods))
-        choices: dict[str, Sequence[Any]] = {
-            "problem": tuple(PROBLEMS),
-            "schedule": tuple(SCHEDULES),
-            "noise": ("sog", "gumbel"),
-            "oracle": ORACLES,
-            "bb_loss": ("regret", "hamming", None),
-            "model": (*MODELS, None),
-        }
-        for name, allowed in choices.items():
-            one_of(name, getattr(self, name), allowed)
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)} or 'all'")
-        for name in ("methods", "seeds"):
-            distinct(name, getattr(self, name))
-        if self.model is not None and (self.model == "linear") != (self.problem != "terrain"):
-            fits = "terrain-cnn or resnet-stem" if self.problem == "terrain" else "linear"
-            raise ValueError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
+    problem: str = option("shortest-path", "the optimisation problem", choices=tuple(PROBLEMS))
+    methods: tuple[str, ...] = option(
+        ("imle-mumu", "spo+", "two-stage"),
+        "one or more method names (listed below), or all",
+        flags=("--methods", "--method"),
+        choices=lambda: (*METHODS, "all"),
+        metavar="NAME",
+    )
+    seeds: tuple[int, ...] = option(
+        (0,),
+        "seeds: each generates its data and initialises the model",
+        flags=("--seeds", "--seed"),
+        check=_seed,
+        metavar="SEED",
+    )
+    epochs: int | None = option(
+        None, "passes over the training set", check=_count, default_text=lambda: _per_problem("epochs", 0)
+    )
+    batch_size: int | None = option(
+        None, "instances per step", check=_count, default_text=lambda: _per_problem("batch_size", 1)
+    )
+    lr: float | None = option(
+        None,
+        "Adam learning rate",
+        check=lambda v: positive("", v),
+        default_text=lambda: _per_problem("lr", 2),
+    )
+    schedule: str = option(
+        "constant",
+        "paper: the Warcraft protocol, 50 epochs, batch 70, lr 5e-4 divided by 10 after epochs 30 and 40 "
+        "(explicit options override it)",
+        choices=tuple(SCHEDULES),
+    )
+    lr_drops: tuple[int, ...] | None = option(
+        None,
+        "epochs after which the learning rate is divided by 10",
+        check=_count,
+        metavar="EPOCH",
+        default_text=lambda: f"the schedule's: none; {_text(SCHEDULES['paper'][3])} with --schedule paper",
+    )
+    n_train: int | None = option(
+        None, "training instances", check=_count, default_text=lambda: _per_problem("n_train")
+    )
+    n_test: int | None = option(
+        None, "test instances", check=_count, default_text=lambda: _per_problem("n_test")
+    )
+    deg: int = option(1, "polynomial degree of the cost model", check=_count)
+    noise_width: float = option(
+        0.5, "ē, the half-width of the multiplicative noise", check=lambda v: in_range("", v, 0, 1)
+    )
+    samples: int | None = option(
+        None, "S of the perturbation methods", check=_count, default_text=lambda: _per_problem("samples")
+    )
+    size: int = option(
+        12, "terrain grid size K (the paper: 12, 18, 24, 30)", check=lambda v: integer_at_least("", v, 2)
+    )
+    model: str | None = option(
+        None,
+        "linear (shortest-path, knapsack); terrain-cnn or resnet-stem (terrain; resnet-stem is the "
+        "paper's ResNet18 first block)",
+        choices=MODELS,
+        default_text=lambda: _per_problem("model"),
+    )
+    noise: str = option("sog", "I-MLE perturbation: SumOfGamma (κ from the oracle) or Gumbel", choices=NOISES)
+    tau: float = option(1.0, "temperature τ of the I-MLE noise", check=lambda v: positive("", v))
+    lam: float = option(10.0, "λ of the PID target of imle-pid (eq. 8)", check=lambda v: positive("", v))
+    bb_loss: str | None = option(
+        None, "loss behind the dbb layer", choices=BB_LOSSES, default_text=lambda: _per_problem("bb_loss")
+    )
+    workers: int = option(
+        0, "solver pool processes (0: solve in the training process)", check=lambda v: non_negative_int("", v)
+    )
+    threads: int = option(1, "torch CPU threads", check=_count)
+    device: str = option(
+        "cpu",
+        "cpu, cuda, cuda:N or auto (cuda when available): model, data and noise live there",
+        check=device_name,
+    )
+    oracle: str = option(
+        "auto",
+        "device: device-native oracles; host: solver-backed ones; auto: device-native on a GPU",
+        choices=ORACLES,
+    )
+    cache: bool = option(
+        True,
+        "generate terrain maps afresh instead of keeping them in the user cache folder",
+        flags=("--no-cache",),
+    )
+    out: str | None = option(
+        None,
+        "write results.json, results.md, curves.png and runs/<method>-seed<seed>.json (each run as it "
+        "finishes) to this folder",
+        metavar="DIR",
+        default_text="none: nothing is written",
+    )
+    show_progress: bool = option(True, "no progress bars", flags=("--quiet", "--no-progress"))
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> TrainConfig:
-        """The configuration of parsed ``imle-solvers train`` arguments (same names, by keyword)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in vars(args).items() if k in names}
-        for name in ("methods", "seeds", "lr_drops"):
-            if values.get(name) is not None:
-                values[name] = tuple(values[name])
-        return cls(**values)
+    def help_epilog(cls) -> str:
+        width = max(len(name) for name in METHODS)
+        listing = "\n".join(f"  {name:<{width}}  {METHODS.help(name)}" for name in METHODS)
+        return f"methods:\n{listing}\n\n{cls.epilog}"
 
-    def as_dict(self) -> dict[str, Any]:
-        """The fields as JSON-ready values (recorded in every result file)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+    def validate(self) -> None:
+        if "all" in self.methods:
+            if len(self.methods) > 1:
+                raise ConfigError(
+                    "must be 'all' alone or method names, got " + repr(list(self.methods)), "methods"
+                )
+            object.__setattr__(self, "methods", tuple(METHODS))
+        if self.model is not None and (self.model == "linear") != (self.problem != "terrain"):
+            fits = "terrain-cnn or resnet-stem" if self.problem == "terrain" else "linear"
+            raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
 
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` → ``cuda`` when available, else ``cpu``; anything else as given."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    def resolved(self) -> TrainConfig:
+        """The configuration a run uses: explicit fields, else the schedule's values, else the problem's
+        defaults; no field is left ``None`` but ``out``."""
+        epochs, batch_size, lr, drops = SCHEDULES[self.schedule]
+        defaults = DEFAULTS[self.problem]
+        schedule = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_drops": drops}
+        filled: dict[str, Any] = {}
+        for name in (
+            "epochs",
+            "batch_size",
+            "lr",
+            "lr_drops",
+            "n_train",
+            "n_test",
+            "samples",
+            "model",
+            "bb_loss",
+        ):
+            value = getattr(self, name)
+            if value is None:
+                value = schedule.get(name)
+            if value is None:
+                value = defaults[name]
+            filled[name] = value
+        return dataclasses.replace(self, **filled)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -12,7 +13,8 @@ from torch import nn
 
 from ..data.dataset import PTODataset
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
-from .methods import build_method
+from .methods import METHODS, MethodOptions
+from .results import TrainRun
 
 __all__ = ["evaluate", "train_model"]
 
@@ -80,12 +82,12 @@ def train_model(
     pool: BatchSolver | None = None,
     train_oracle: MapOracle | None = None,
     eval_oracle: MapOracle | None = None,
-    method_options: dict[str, Any] | None = None,
+    method_options: MethodOptions | dict[str, Any] | None = None,
     show_progress: bool = True,
     lr_milestones: tuple[int, ...] = (),
     device: str | torch.device | None = None,
     eval_batch: int = 1000,
-) -> dict[str, Any]:
+) -> TrainRun:
     """Train ``model`` with one method; test regret before training and after every epoch.
 
     Parameters
@@ -93,11 +95,17 @@ def train_model(
     model
         The predictor (its parameters are trained in place).
     method_name
-        A key of `METHODS`.
-    train, test
-        Data sets.
-    epochs, batch_size, lr
-        Adam for ``epochs`` passes over shuffled mini-batches.
+        A key of [`METHODS`][imle_solvers.training.METHODS].
+    train
+        Training data.
+    test
+        Test data (evaluated before training and after every epoch).
+    epochs
+        Passes over the shuffled training set.
+    batch_size
+        Instances per Adam step.
+    lr
+        Adam's learning rate.
     seed
         Seeds the batch order and the method's noise (set the model's initialisation before).
     pool
@@ -107,7 +115,8 @@ def train_model(
     eval_oracle
         The oracle of the evaluation (default ``test.oracle``), e.g. a device-native one.
     method_options
-        Passed to `build_method`.
+        The method's [`MethodOptions`][imle_solvers.training.methods.MethodOptions] (or a dict of its
+        fields); ``pool`` is added to them.
     show_progress
         A progress bar per epoch with the running loss (when tqdm is installed).
     lr_milestones
@@ -121,10 +130,11 @@ def train_model(
 
     Returns
     -------
-    dict
-        ``method``, ``regret`` and ``accuracy`` (final), ``curve`` (regret after 0..epochs epochs),
-        ``accuracy_curve``, ``epoch_time`` (seconds per training epoch, evaluation excluded),
-        ``epoch_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each epoch).
+    TrainRun
+        ``method``, ``seed``, ``regret`` and ``accuracy`` (final), ``curve`` (regret after 0..epochs
+        epochs), ``accuracy_curve``, ``epoch_time`` (seconds per training epoch, evaluation excluded),
+        ``epoch_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each epoch) and
+        ``settings`` (the method's hyper-parameters as used).
     """
     if device is not None:
         dev = torch.device(device)
@@ -133,7 +143,16 @@ def train_model(
     dev = train.costs.device
     oracle = train.oracle if train_oracle is None else train_oracle
     torch.manual_seed(seed)  # the method's noise (on CUDA too)
-    method = build_method(method_name, oracle, pool=pool, **(method_options or {}))
+    options = (
+        method_options
+        if isinstance(method_options, MethodOptions)
+        else MethodOptions(**(method_options or {}))
+    )
+    if pool is not None:
+        options = dataclasses.replace(options, pool=pool)
+    if method_name not in METHODS:
+        raise ValueError(f"unknown method {method_name!r}; choose from {', '.join(METHODS)}")
+    method = METHODS[method_name](oracle, options)
     for module in method.modules:
         module.to(dev)  # layers with state (AdaptiveTarget) keep it beside the weights
     opt = torch.optim.Adam(list(model.parameters()), lr=lr)
@@ -179,18 +198,19 @@ def train_model(
         ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch)
         curve.append(ev["regret"])
         acc_curve.append(ev["accuracy"])
-    return {
-        "method": method_name,
-        "seed": seed,
-        "regret": curve[-1],
-        "accuracy": acc_curve[-1],
-        "curve": curve,
-        "accuracy_curve": acc_curve,
-        "epoch_time": float(np.mean(times)) if times else 0.0,
-        "epoch_times": times,
-        "train_loss": losses,
-        "lr": lrs,
-    }
+    return TrainRun(
+        method=method_name,
+        seed=seed,
+        regret=curve[-1],
+        accuracy=acc_curve[-1],
+        curve=curve,
+        accuracy_curve=acc_curve,
+        epoch_time=float(np.mean(times)) if times else 0.0,
+        epoch_times=times,
+        train_loss=losses,
+        lr=lrs,
+        settings=dict(method.settings),
+    )
 
 
 def _synchronize(device: torch.device) -> None:

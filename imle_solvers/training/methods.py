@@ -1,22 +1,11 @@
 """The training methods compared by ``imle-solvers train``, all on the same oracle API.
 
 Each method turns a model's predicted weights ``ĉ`` (in the oracle's sense) and a batch of
-``(x, c, z*, f*)`` into a scalar loss whose gradient trains the model:
-
-============  ===========================================================================================
-name          loss (``S`` perturbations, ``⟨·,·⟩`` summed over the m variables)
-============  ===========================================================================================
-imle          I-MLE, the default scale-equivariant target (RelativeTarget), SumOfGamma, S = 10, ``ℓ_R``
-imle-pid      I-MLE, the paper's fixed-λ PID target (eq. 8, λ = 10), SumOfGamma noise, S = 10, ``ℓ_R``
-imle-mumu     I-MLE "μ-μ": OptimalTarget (eq. 10) + ``ℓ_R`` → ``MAP(θ+ε) − MAP(−c+ε)`` (Fact 2), S = 10
-imle-mm       I-MLE "M-M": no noise, OptimalTarget + Hamming loss to ``z*`` → ``MAP(θ) − z*`` (Fact 1)
-aimle         AI-MLE (Minervini et al. 2023): the published adaptive target, ``ℓ_R``, S = 10
-dbb           Blackbox (Vlastelica et al. 2020), λ = 20, ``ℓ_R``
-dpo           PerturbedOptimizer (Berthet et al. 2020), σ = 1, S = 10, squared error to ``z*``
-pfyl          perturbed Fenchel-Young loss (Berthet et al. 2020), σ = 1, S = 10
-spo+          SPO+ (Elmachtoub & Grigas 2022)
-two-stage     mean squared error between ``ĉ`` and ``c`` (no solver in training)
-============  ===========================================================================================
+``(x, c, z*, f*)`` into a scalar loss whose gradient trains the model.
+[`METHODS`][imle_solvers.training.METHODS] maps each name to its factory,
+``factory(oracle, options) -> Method``; the first line of a factory's docstring describes the method
+(``imle-solvers train --help`` and the documentation read it there), the rest says which
+[`MethodOptions`][imle_solvers.training.methods.MethodOptions] it reads.
 
 ``ℓ_R(z; c) = ⟨c, z⟩`` for a ``"min"`` oracle (``−⟨c, z⟩`` for ``"max"``) is the regret up to a term
 that does not depend on ``z``, so ``∇z ℓ_R = c`` (θ-space ``−θ_true``). Targets (eq. 8, eq. 10) need
@@ -28,14 +17,14 @@ eq. 10 gives ``θ' = −c`` and the update is the mean over instances and sample
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from .._checks import one_of
+from .._checks import one_of, positive, positive_int
+from ..app.registry import Registry
 from ..estimators import Blackbox, PerturbedOptimizer
 from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
@@ -43,7 +32,7 @@ from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
 from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 
-__all__ = ["FACTORIES", "METHODS", "Batch", "Method", "build_method", "decision_loss", "scale_grad"]
+__all__ = ["METHODS", "Batch", "Method", "MethodOptions", "build_method", "decision_loss", "scale_grad"]
 
 
 class Batch(NamedTuple):
@@ -57,6 +46,7 @@ class Batch(NamedTuple):
 
 BatchLike = Batch | tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 LossFn = Callable[[torch.Tensor, Batch], tuple[torch.Tensor, torch.Tensor]]
+MethodFactory = Callable[["MapOracle", "MethodOptions"], "Method"]
 
 
 class _ScaleGrad(torch.autograd.Function):
@@ -103,158 +93,191 @@ class Method:
     rule: LossFn
     modules: list[nn.Module]
     uses_solver: bool = True
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """The hyper-parameters the method uses, as built (recorded with each run)."""
 
     def loss(self, c_hat: torch.Tensor, batch: BatchLike) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss for backward, per-instance loss to report)`` of predictions ``ĉ`` on ``batch``."""
         return self.rule(c_hat, batch if isinstance(batch, Batch) else Batch(*batch))
 
     def train(self) -> None:
+        """Put the method's modules in training mode."""
         for m in self.modules:
             m.train()
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MethodOptions:
+    """The settings a method factory may read; each factory's docstring says which it reads.
+
+    Attributes
+    ----------
+    samples
+        S, perturbations per instance (the I-MLE methods, ``dpo``, ``pfyl``).
+    noise
+        The I-MLE perturbation (default ``SumOfGamma()``, κ = the oracle's ``expected_nonzeros``).
+    lam
+        λ of the PID target of ``imle-pid`` (eq. 8).
+    bb_lam
+        λ of the blackbox interpolation of ``dbb``.
+    bb_loss
+        The loss behind ``dbb``: ``"regret"`` or ``"hamming"``.
+    sigma
+        σ of the Gaussian perturbation of ``dpo`` and ``pfyl``.
+    dpo_samples
+        S of ``dpo`` and ``pfyl`` when it differs from ``samples`` (``None``: ``samples``).
+    pool
+        A [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    """
+
+    samples: int = 10
+    noise: NoiseDistribution | None = None
+    lam: float = 10.0
+    bb_lam: float = 20.0
+    bb_loss: str = "regret"
+    sigma: float = 1.0
+    dpo_samples: int | None = None
+    pool: BatchSolver | None = None
+
+    def __post_init__(self) -> None:
+        positive_int("samples", self.samples)
+        positive("lam", self.lam)
+        positive("bb_lam", self.bb_lam)
+        positive("sigma", self.sigma)
+        one_of("bb_loss", self.bb_loss, ("regret", "hamming"))
+        if self.dpo_samples is not None:
+            positive_int("dpo_samples", self.dpo_samples)
+
+
+DEFAULT_OPTIONS = MethodOptions()
+
+
 def _imle_regret(
-    name: str,
-    oracle: MapOracle,
-    target: TargetDistribution,
-    samples: int,
-    pool: BatchSolver | None,
-    noise: NoiseDistribution | None,
+    name: str, oracle: MapOracle, target: TargetDistribution, options: MethodOptions, **used: Any
 ) -> Method:
-    """An I-MLE layer with this target (SumOfGamma unless ``noise``) trained on the summed regret."""
-    layer = IMLE(oracle, _noise(noise), target, samples=samples, pool=pool)
-    return Method(name, _summed(layer, samples, "regret", oracle), [layer])
+    """An I-MLE layer with this target (SumOfGamma unless ``options.noise``) trained on the summed regret."""
+    noise = _noise(options.noise)
+    layer = IMLE(oracle, noise, target, samples=options.samples, pool=options.pool)
+    settings = {"samples": options.samples, "noise": repr(noise), "target": repr(target), **used}
+    return Method(name, _summed(layer, options.samples, "regret", oracle), [layer], settings=settings)
 
 
-def imle(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    noise: NoiseDistribution | None = None,
-) -> Method:
-    """I-MLE, default scale-equivariant target, SumOfGamma, S=10, regret loss."""
-    return _imle_regret("imle", oracle, RelativeTarget(), samples, pool, noise)
+def imle(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """I-MLE, the default scale-equivariant target (RelativeTarget), SumOfGamma noise, S samples, regret loss.
+
+    Reads ``samples``, ``noise``, ``pool``.
+    """
+    return _imle_regret("imle", oracle, RelativeTarget(), options)
 
 
-def imle_pid(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    noise: NoiseDistribution | None = None,
-    lam: float = 10.0,
-) -> Method:
-    """I-MLE, the paper's fixed-λ PID target (eq. 8, λ=10), SumOfGamma, S=10, regret loss."""
-    return _imle_regret("imle-pid", oracle, PerturbedTarget(lam), samples, pool, noise)
+def imle_pid(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """I-MLE, the paper's fixed-λ PID target (eq. 8, λ = --lam), SumOfGamma noise, S samples, regret loss.
+
+    Reads ``samples``, ``noise``, ``lam``, ``pool``.
+    """
+    return _imle_regret("imle-pid", oracle, PerturbedTarget(options.lam), options, lam=options.lam)
 
 
-def imle_mumu(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    noise: NoiseDistribution | None = None,
-) -> Method:
-    """I-MLE μ-μ: optimal target (eq. 10) + regret loss (Fact 2), S=10."""
-    return _imle_regret("imle-mumu", oracle, OptimalTarget(), samples, pool, noise)
+def imle_mumu(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """I-MLE μ-μ: the optimal target (eq. 10) and the regret loss (Fact 2), SumOfGamma noise, S samples.
+
+    Reads ``samples``, ``noise``, ``pool``.
+    """
+    return _imle_regret("imle-mumu", oracle, OptimalTarget(), options)
 
 
-def imle_mm(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
-    """I-MLE M-M: no noise, optimal target (eq. 10) + Hamming loss (Fact 1), i.e. MAP(θ) − z*."""
-    layer = IMLE(oracle, NoNoise(), OptimalTarget(), pool=pool)
-    return Method("imle-mm", _summed(layer, 1, "hamming", oracle), [layer])
+def imle_mm(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """I-MLE M-M: no noise, the optimal target (eq. 10) and the Hamming loss (Fact 1), i.e. MAP(θ) − z*.
+
+    Reads ``pool``.
+    """
+    layer = IMLE(oracle, NoNoise(), OptimalTarget(), pool=options.pool)
+    settings = {"samples": 1, "noise": repr(NoNoise()), "target": repr(OptimalTarget())}
+    return Method("imle-mm", _summed(layer, 1, "hamming", oracle), [layer], settings=settings)
 
 
-def aimle(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    noise: NoiseDistribution | None = None,
-) -> Method:
-    """AI-MLE: the published adaptive target (Minervini et al. 2023), S=10, regret loss."""
-    return _imle_regret("aimle", oracle, AdaptiveTarget(), samples, pool, noise)
+def aimle(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """AI-MLE: the published adaptive target (Minervini et al. 2023), SumOfGamma, S samples, regret loss.
+
+    Reads ``samples``, ``noise``, ``pool``.
+    """
+    return _imle_regret("aimle", oracle, AdaptiveTarget(), options)
 
 
-def dbb(
-    oracle: MapOracle,
-    *,
-    pool: BatchSolver | None = None,
-    bb_lam: float = 20.0,
-    bb_loss: str = "regret",
-) -> Method:
-    """Blackbox (DBB), λ=20, regret loss (Hamming on terrain)."""
-    one_of("bb_loss", bb_loss, ("regret", "hamming"))
-    layer = Blackbox(oracle, lam=bb_lam, pool=pool)
-    return Method("dbb", _summed(layer, 1, bb_loss, oracle), [layer])
+def dbb(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Blackbox differentiation (Vlastelica et al. 2020), λ = 20, regret loss (Hamming on terrain).
+
+    Reads ``bb_lam``, ``bb_loss``, ``pool``.
+    """
+    layer = Blackbox(oracle, lam=options.bb_lam, pool=options.pool)
+    settings = {"bb_lam": options.bb_lam, "bb_loss": options.bb_loss}
+    return Method("dbb", _summed(layer, 1, options.bb_loss, oracle), [layer], settings=settings)
 
 
-def dpo(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    sigma: float = 1.0,
-    dpo_samples: int | None = None,
-) -> Method:
-    """PerturbedOptimizer (DPO), σ=1, S=10, squared error to z*."""
-    layer = PerturbedOptimizer(oracle, sigma, samples=dpo_samples or samples, pool=pool)
+def dpo(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Differentiable perturbed optimizer (Berthet et al. 2020), σ = 1, S samples, squared error to z*.
+
+    Reads ``sigma``, ``samples`` (or ``dpo_samples``), ``pool``.
+    """
+    samples = options.dpo_samples or options.samples
+    layer = PerturbedOptimizer(oracle, options.sigma, samples=samples, pool=options.pool)
 
     def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         y_hat = layer(c_hat)  # E[MAP(θ + σZ)]   [B, m]
         return _per(((y_hat - b.optimal) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
 
-    return Method("dpo", loss, [layer])
+    return Method("dpo", loss, [layer], settings={"sigma": options.sigma, "samples": samples})
 
 
-def pfyl(
-    oracle: MapOracle,
-    *,
-    samples: int = 10,
-    pool: BatchSolver | None = None,
-    sigma: float = 1.0,
-    dpo_samples: int | None = None,
-) -> Method:
-    """Perturbed Fenchel-Young loss, σ=1, S=10."""
-    fy = FenchelYoungLoss(oracle, sigma=sigma, samples=dpo_samples or samples, pool=pool, reduction="none")
-    return Method("pfyl", lambda c_hat, b: _per(fy(c_hat, b.optimal)), [fy])
+def pfyl(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Perturbed Fenchel-Young loss (Berthet et al. 2020), σ = 1, S samples, against z*.
+
+    Reads ``sigma``, ``samples`` (or ``dpo_samples``), ``pool``.
+    """
+    samples = options.dpo_samples or options.samples
+    fy = FenchelYoungLoss(oracle, sigma=options.sigma, samples=samples, pool=options.pool, reduction="none")
+    settings = {"sigma": options.sigma, "samples": samples}
+    return Method("pfyl", lambda c_hat, b: _per(fy(c_hat, b.optimal)), [fy], settings=settings)
 
 
-def spo_plus(oracle: MapOracle, *, pool: BatchSolver | None = None) -> Method:
-    """SPO+ loss."""
-    spo = SPOPlusLoss(oracle, pool=pool, reduction="none")
+def spo_plus(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """SPO+, the convex surrogate of the regret (Elmachtoub & Grigas 2022).
+
+    Reads ``pool``.
+    """
+    spo = SPOPlusLoss(oracle, pool=options.pool, reduction="none")
     return Method("spo+", lambda c_hat, b: _per(spo(c_hat, b.costs, optimal=b.optimal)), [spo])
 
 
-def two_stage(oracle: MapOracle) -> Method:
-    """Two-stage: MSE regression of the costs (no solver in training)."""
+def two_stage(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Two-stage: least-squares regression of the costs (no solver in training).
+
+    Reads nothing.
+    """
     mse = nn.MSELoss()
     return Method("two-stage", lambda c_hat, b: _both(mse(c_hat, b.costs), c_hat), [], uses_solver=False)
 
 
-FACTORIES: dict[str, Callable[..., Method]] = {
-    "imle": imle,
-    "imle-pid": imle_pid,
-    "imle-mumu": imle_mumu,
-    "imle-mm": imle_mm,
-    "aimle": aimle,
-    "dbb": dbb,
-    "dpo": dpo,
-    "pfyl": pfyl,
-    "spo+": spo_plus,
-    "two-stage": two_stage,
-}
-"""Method name → factory ``(oracle, **its own options) -> Method``, in table order."""
-
-METHODS: dict[str, str] = {
-    name: (factory.__doc__ or name).strip().splitlines()[0].rstrip(".") for name, factory in FACTORIES.items()
-}
-"""Method name → one-line description (the first line of its factory's docstring)."""
+METHODS: Registry[MethodFactory] = Registry(
+    "training method",
+    {
+        "imle": imle,
+        "imle-pid": imle_pid,
+        "imle-mumu": imle_mumu,
+        "imle-mm": imle_mm,
+        "aimle": aimle,
+        "dbb": dbb,
+        "dpo": dpo,
+        "pfyl": pfyl,
+        "spo+": spo_plus,
+        "two-stage": two_stage,
+    },
+)
+"""Method name → factory ``(oracle, options) -> Method``, in table order; help from each docstring."""
 
 
 def build_method(name: str, oracle: MapOracle, **options: Any) -> Method:
-    """Build one of `METHODS` for ``oracle``, passing each factory only the options it takes.
+    """Build one of [`METHODS`][imle_solvers.training.METHODS] for ``oracle``.
 
     Parameters
     ----------
@@ -263,20 +286,13 @@ def build_method(name: str, oracle: MapOracle, **options: Any) -> Method:
     oracle
         The problem's MAP oracle.
     **options
-        Any of ``samples`` (S), ``pool``, ``noise`` (I-MLE perturbation, default
-        ``SumOfGamma()`` with κ = ``oracle.expected_nonzeros``), ``lam`` (λ of ``imle-pid``),
-        ``sigma`` (σ of ``dpo``/``pfyl``), ``bb_lam``, ``bb_loss`` (``"regret"`` or ``"hamming"``,
-        for ``dbb``) and ``dpo_samples``; options a method does not take are ignored.
+        Fields of [`MethodOptions`][imle_solvers.training.methods.MethodOptions] (``samples``, ``noise``,
+        ``lam``, ``bb_lam``, ``bb_loss``, ``sigma``, ``dpo_samples``, ``pool``); an unknown one is a
+        ``TypeError``. Each method reads the ones its factory names.
     """
-    if name not in FACTORIES:
-        raise ValueError(f"unknown method {name!r}; choose from {', '.join(FACTORIES)}")
-    factory = FACTORIES[name]
-    accepted = inspect.signature(factory).parameters
-    known = {"samples", "pool", "noise", "lam", "sigma", "bb_lam", "bb_loss", "dpo_samples"}
-    unknown = set(options) - known
-    if unknown:
-        raise TypeError(f"build_method got unknown options {sorted(unknown)}")
-    return factory(oracle, **{k: v for k, v in options.items() if k in accepted})
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+    return METHODS[name](oracle, MethodOptions(**options))
 
 
 def _noise(noise: NoiseDistribution | None) -> NoiseDistribution:

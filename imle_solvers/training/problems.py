@@ -15,13 +15,17 @@ from ..data.dataset import PTODataset
 from ..oracle import MapOracle, TorchOracle
 from .models import ResNetStemCNN, TerrainCNN, linear_model
 
-__all__ = ["DEFAULTS", "PROBLEMS", "Problem", "make_problem"]
+__all__ = ["DEFAULTS", "MODELS", "PROBLEMS", "Problem", "make_problem"]
 
 PROBLEMS: dict[str, str] = {
     "shortest-path": "5×5 grid shortest path, linear model (PyEPO protocol)",
     "knapsack": "2-D knapsack with 32 items, linear model (PyEPO protocol)",
     "terrain": "K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths",
 }
+"""Problem name → one-line description."""
+
+MODELS = ("linear", "terrain-cnn", "resnet-stem")
+"""The models: ``linear`` for the PyEPO problems, ``terrain-cnn`` and ``resnet-stem`` for terrain."""
 
 _PYEPO = {
     "lr": 1e-2,
@@ -31,9 +35,10 @@ _PYEPO = {
     "n_train": 1000,
     "n_test": 1000,
     "model": "linear",
+    "bb_loss": "regret",
     "eval_batch": 1000,
+    "dpo_samples": None,
 }
-#: problem → default options (`TrainConfig` fields left ``None`` take these)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "shortest-path": dict(_PYEPO),
     "knapsack": dict(_PYEPO),
@@ -50,6 +55,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "dpo_samples": 10,
     },
 }
+"""Problem → default settings: `TrainConfig` fields left ``None`` take these; ``eval_batch`` (test
+instances per evaluation call) and ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where it differs from
+``samples``) are not options."""
 
 
 @dataclasses.dataclass(frozen=True)

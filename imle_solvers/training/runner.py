@@ -1,49 +1,77 @@
-"""`run`: every (method, seed) run of a `TrainConfig`, reported one by one as they finish."""
+"""`run`: every (method, seed) run of a `TrainConfig`, reported and written one by one as they finish."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
-from ..noise import Gumbel, SumOfGamma
-from .config import SCHEDULES, TrainConfig, resolve_device
+from ..app.session import Session
+from ..noise import Gumbel, NoiseDistribution, SumOfGamma
+from .config import TrainConfig, resolve_device
 from .loop import train_model
+from .methods import MethodOptions
 from .problems import DEFAULTS, make_problem
+from .results import SUMMARY, TrainRun, plot_curves
 
-__all__ = ["resolved", "run"]
-
-
-def resolved(config: TrainConfig) -> dict[str, Any]:
-    """The settings a run uses: explicit fields, else the schedule's values, else the problem's defaults."""
-    epochs, batch_size, lr, drops = SCHEDULES[config.schedule]
-    settings = dict(DEFAULTS[config.problem])
-    schedule = {"epochs": epochs, "batch_size": batch_size, "lr": lr}
-    settings.update({k: v for k, v in schedule.items() if v is not None})
-    settings["lr_drops"] = drops
-    explicit = ("epochs", "batch_size", "lr", "lr_drops", "n_train", "n_test", "samples", "model", "bb_loss")
-    for name in explicit:
-        value = getattr(config, name)
-        if value is not None:
-            settings[name] = value
-    settings["device"] = resolve_device(config.device)
-    return settings
+__all__ = ["run", "title"]
 
 
-def run(
-    config: TrainConfig, on_result: Callable[[dict[str, Any]], None] | None = None
-) -> list[dict[str, Any]]:
-    """Train every method on every seed; one result dict per (method, seed), in that order.
+def title(config: TrainConfig) -> str:
+    """One line naming the problem of a resolved configuration (tables and plots)."""
+    if config.problem == "terrain":
+        return f"terrain {config.size}×{config.size}, {config.model}"
+    return f"{config.problem}, deg {config.deg}"
 
-    Each seed generates its own data (data seed = ``seed``) and model initialisation
-    (``torch.manual_seed(seed)``); all methods of a seed start from the same initial model. The data
-    move to the device once per seed. ``on_result`` is called with each run as soon as it finishes
-    (the command writes it to disk there), so an interruption loses at most the run in progress.
+
+def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None) -> list[TrainRun]:
+    """Train every method on every seed; one [`TrainRun`][imle_solvers.training.results.TrainRun] per
+    (method, seed), in that order.
+
+    Does what ``imle-solvers train`` does: the machine is checked first (``device``, ``out``:
+    [`ConfigError`][imle_solvers.errors.ConfigError] before any work), torch uses ``config.threads``
+    threads (the previous setting is restored afterwards), and with ``config.out`` every run is written
+    as it finishes, then ``results.json``, ``results.md`` and ``curves.png``. Each seed generates its own
+    data (data seed = ``seed``) and model initialisation (``torch.manual_seed(seed)``); all methods of a
+    seed start from the same initial model. The data move to the device once per seed.
+
+    Parameters
+    ----------
+    config
+        The settings (defaults are resolved by
+        [`TrainConfig.resolved`][imle_solvers.training.TrainConfig.resolved]).
+    on_result
+        Called with each run as soon as it finishes, before it is written: an interruption (Ctrl-C, a
+        full disk) loses at most the run in progress.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        After writing what had finished (``results.json`` with ``"complete": false``).
+    OutputError
+        When a result cannot be written; the finished runs were handed to ``on_result``.
     """
-    s = resolved(config)
-    device: torch.device = s["device"]
-    results = []
+    used = config.resolved()
+    with Session(config, SUMMARY, resolved=used.as_dict(), on_result=on_result) as session:
+        if used.device != "cpu":
+            torch.backends.cudnn.benchmark = (
+                True  # fixed image sizes: let cuDNN pick the fastest convolutions
+            )
+        _train_all(used, session)
+        name = title(used)
+        session.finish(
+            markdown=f"{name}, {len(used.seeds)} seed(s)",
+            plots=[("curves.png", lambda path: plot_curves(session.records, path, title=name))],
+        )
+    return list(session.records)
+
+
+def _train_all(config: TrainConfig, session: Session) -> None:
+    device = resolve_device(config.device)
+    assert config.samples is not None and config.epochs is not None and config.batch_size is not None
+    assert config.lr is not None and config.bb_loss is not None and config.n_train and config.n_test
+    extra = DEFAULTS[config.problem]
     pool = None
     if config.workers > 0:
         from ..pool import SolverPool
@@ -53,58 +81,66 @@ def run(
         for seed in config.seeds:
             prob = make_problem(
                 config.problem,
-                s["n_train"],
-                s["n_test"],
+                config.n_train,
+                config.n_test,
                 seed,
                 deg=config.deg,
                 noise_width=config.noise_width,
                 size=config.size,
-                model=s["model"],
+                model=config.model,
                 device=device,
                 oracle=config.oracle,
                 cache=config.cache,
             )
             train, test = prob.train.to(device), prob.test.to(device)  # one copy per seed
-            noise = SumOfGamma(tau=config.tau) if config.noise == "sog" else Gumbel(config.tau)
-            options: dict[str, Any] = {"samples": s["samples"], "lam": config.lam, "noise": noise}
-            options.update({k: s[k] for k in ("bb_loss", "dpo_samples") if k in s})
+            noise: NoiseDistribution = (
+                SumOfGamma(tau=config.tau) if config.noise == "sog" else Gumbel(config.tau)
+            )
+            options = MethodOptions(
+                samples=config.samples,
+                noise=noise,
+                lam=config.lam,
+                bb_loss=config.bb_loss,
+                dpo_samples=extra["dpo_samples"],
+            )
             for name in config.methods:
                 torch.manual_seed(seed)
-                out = train_model(
+                result = train_model(
                     prob.model(),
                     name,
                     train,
                     test,
-                    epochs=s["epochs"],
-                    batch_size=s["batch_size"],
-                    lr=s["lr"],
+                    epochs=config.epochs,
+                    batch_size=config.batch_size,
+                    lr=config.lr,
                     seed=seed,
                     pool=pool,
                     train_oracle=prob.train_oracle,
                     eval_oracle=prob.eval_oracle,
                     method_options=options,
                     show_progress=config.show_progress,
-                    lr_milestones=s["lr_drops"],
+                    lr_milestones=config.lr_drops or (),
                     device=device,
-                    eval_batch=s["eval_batch"],
+                    eval_batch=extra["eval_batch"],
                 )
-                out.update(
+                result = dataclasses.replace(
+                    result,
                     problem=config.problem,
-                    deg=config.deg,
                     device=str(device),
-                    model=s["model"],
+                    model=str(config.model),
                     oracle=repr(prob.train_oracle),
                 )
-                results.append(out)
-                if on_result is not None:
-                    on_result(out)
+                session.add(result)
                 if config.show_progress:
-                    print(
-                        f"  {name:<10} seed {seed}: test regret {out['regret']:.4f}, "
-                        f"accuracy {out['accuracy']:.3f}, {out['epoch_time']:.3f} s/epoch",
-                        flush=True,
-                    )
+                    _report(result)
     finally:
         if pool is not None:
             pool.close()
-    return results
+
+
+def _report(result: TrainRun) -> None:
+    print(
+        f"  {result.method:<10} seed {result.seed}: test regret {result.regret:.4f}, "
+        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch",
+        flush=True,
+    )

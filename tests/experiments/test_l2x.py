@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from imle_solvers import TopK, cli
+from imle_solvers.errors import ConfigError
 from imle_solvers.experiments import l2x
-from imle_solvers.experiments.planted import CorpusSpec, make_corpus, subset_precision
-from imle_solvers.experiments.relaxed_subsets import L2XRelaxedTopK, SoftSub
+from imle_solvers.experiments.l2x.planted import CorpusSpec, make_corpus, subset_precision
+from imle_solvers.experiments.l2x.relaxed_subsets import L2XRelaxedTopK, SoftSub
 
 
 @pytest.mark.parametrize("k", [5, 10, 15])
@@ -61,29 +63,79 @@ def test_relaxed_samplers() -> None:
 
 
 def test_l2x_smoke_loss_goes_down(tmp_path: Path) -> None:
-    config = l2x.L2XConfig(methods=("imle-sog", "softsub"), ks=(5,), seeds=(0,), n_train=160, n_val=40,
-                           n_test=40, epochs=4)  # fmt: skip
-    result = l2x.run_l2x(config)
+    config = l2x.L2XConfig(
+        methods=("imle-sog", "softsub"),
+        ks=(5,),
+        seeds=(0,),
+        n_train=160,
+        n_val=40,
+        n_test=40,
+        epochs=4,
+        out=str(tmp_path / "api"),
+        show_progress=False,
+    )
+    seen: list[l2x.L2XRun] = []
+    result = l2x.run_l2x(config, on_result=seen.append)
+    assert seen == result.runs and [r.key for r in seen] == ["imle-sog-k5-seed0", "softsub-k5-seed0"]
     for run in result.runs:
-        assert run["train_loss"][-1] < run["train_loss"][0], run  # seed-fixed
-        assert 0.0 <= run["precision"] <= 100.0
+        assert run.train_loss[-1] < run.train_loss[0], run  # seed-fixed
+        assert 0.0 <= run.precision <= 100.0 and 0.0 < run.ceiling <= 100.0
     assert "planted ceiling" in l2x.result_table(result)
-    args = ["l2x", "--methods", "ste", "--ks", "3", "--seeds", "0", "--train", "40", "--val", "20",
-            "--test", "20", "--epochs", "1", "--out", str(tmp_path), "--no-progress"]  # fmt: skip
-    assert cli.main(args) == 0 and "STE SoG" in (tmp_path / "l2x.md").read_text()
+    saved = json.loads((tmp_path / "api" / "results.json").read_text())
+    assert saved["complete"] is True and saved["config"]["lam"] == 10000.0
+    assert [r["method"] for r in saved["runs"]] == ["imle-sog", "softsub"]
+    row = saved["summary"][0]
+    assert isinstance(row["mse_mean"], float) and isinstance(row["mse_std"], float)  # numbers, not text
+    args = [
+        "l2x",
+        "--methods",
+        "ste",
+        "--ks",
+        "3",
+        "--seeds",
+        "0",
+        "--train",
+        "40",
+        "--val",
+        "20",
+        "--test",
+        "20",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "cli"),
+        "--no-progress",
+    ]
+    assert cli.main(args) == 0 and "STE SoG" in (tmp_path / "cli" / "results.md").read_text()
 
 
 def test_l2x_config_errors() -> None:
-    with pytest.raises(ValueError, match="unknown methods"):
+    with pytest.raises(ConfigError, match="methods must be one of"):
         l2x.L2XConfig(methods=("nope",))
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ConfigError, match=r"ks must be in \[1, 50\)"):
         l2x.L2XConfig(ks=(50,))
+    with pytest.raises(ConfigError, match="ks must be a positive integer"):
+        l2x.L2XConfig(ks=(0,))
+    with pytest.raises(ConfigError, match="corpus must be a CorpusSpec"):
+        l2x.L2XConfig(corpus="long")  # type: ignore[arg-type]
+    assert l2x.L2XConfig(ks=(20,), corpus=CorpusSpec(length=60)).ks == (20,)
+
+
+def test_registry_labels_and_help() -> None:
+    assert list(l2x.METHODS) == ["imle-sog", "imle-gumbel", "ste", "l2x", "softsub"]
+    config = l2x.L2XConfig(lam=7.0, tau_factor=2.0)
+    sampler = l2x.METHODS["imle-sog"]().make(5, 50, config, None)
+    assert sampler.target.lam == 7.0 and sampler.noise.tau == 10.0  # λ and τ = factor · k from the config
+    assert isinstance(l2x.METHODS["softsub"]().make(5, 50, config, None), SoftSub)
+    assert l2x.METHODS.help("ste").startswith("Straight-through estimator")
 
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_l2x_runs_on_cuda() -> None:
-    config = l2x.L2XConfig(ks=(5,), seeds=(0,), n_train=160, n_val=40, n_test=40, epochs=2, device="cuda")
+def test_l2x_runs_on_cuda(tmp_path: Path) -> None:
+    config = l2x.L2XConfig(
+        ks=(5,), seeds=(0,), n_train=160, n_val=40, n_test=40, epochs=2, device="cuda", out=str(tmp_path)
+    )
     result = l2x.run_l2x(config)
-    assert {run["method"] for run in result.runs} == set(l2x.METHODS)
-    assert all(0.0 <= run["precision"] <= 100.0 for run in result.runs)
+    assert {run.method for run in result.runs} == set(l2x.METHODS)
+    assert all(0.0 <= run.precision <= 100.0 for run in result.runs)

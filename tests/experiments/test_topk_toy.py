@@ -153,17 +153,19 @@ def test_sgd_momentum_step_matches_torch_optim() -> None:
 
 
 def test_paper_noise_mapping() -> None:
-    assert METHODS["imle-sog"].noise == SumOfGamma(k=5, tau=1.0, s=10)  # SoG(κ=k=5, τ=1, s=10)
-    assert METHODS["imle-sog-literal"].noise == SumOfGamma(k=1, tau=5.0, s=10)
-    assert METHODS["sfe"].noise is None and not METHODS["ste-gumbel"].uses_lambda
-    assert METHODS["imle-gumbel-5"].noise == Gumbel(5.0)  # temperature controls of the noise study
-    assert METHODS["imle-sog-5"].noise == SumOfGamma(k=5, tau=5.0, s=10)
+    assert METHODS["imle-sog"]().noise == SumOfGamma(k=5, tau=1.0, s=10)  # SoG(κ=k=5, τ=1, s=10)
+    assert METHODS["imle-sog-literal"]().noise == SumOfGamma(k=1, tau=5.0, s=10)
+    assert METHODS["sfe"]().noise is None and not METHODS["ste-gumbel"]().uses_lambda
+    assert METHODS["imle-gumbel-5"]().noise == Gumbel(5.0)  # temperature controls of the noise study
+    assert METHODS["imle-sog-5"]().noise == SumOfGamma(k=5, tau=5.0, s=10)
+    assert [METHODS[k]().kind for k in ("imle-gumbel", "ste-sog", "sfe")] == ["imle", "ste", "sfe"]
+    assert METHODS.help("sfe").startswith("Score-function estimator")
 
 
 def test_literal_sog_is_a_temperature_five_gumbel() -> None:
     """SoG(κ=1, τ=5, s=10) = 5 (max of 10 Exp(1) − log 10): Gumbel(0, 5) truncated at s = 10 terms."""
     gen = torch.Generator().manual_seed(0)
-    literal = METHODS["imle-sog-literal"].noise
+    literal = METHODS["imle-sog-literal"]().noise
     assert literal is not None
     x = literal.sample((200_000,), dtype=torch.float64, generator=gen)
     # Gumbel(0, 5): std 5π/√6 ≈ 6.41; the 10-term truncation shifts the mean by ~τ/(2s) above 5γ
@@ -172,7 +174,7 @@ def test_literal_sog_is_a_temperature_five_gumbel() -> None:
     ks = stats.kstest(x.numpy(), stats.gumbel_r(loc=0.0, scale=5.0).cdf).statistic
     assert ks < 0.03
     # while SoG(5, 1, 10), the κ = k reading, has per-item std ≈ π/√(6·5): a 5-subset's total is Gumbel(0, 1)
-    sog = METHODS["imle-sog"].noise
+    sog = METHODS["imle-sog"]().noise
     assert sog is not None
     assert float(sog.sample((200_000,), dtype=torch.float64, generator=gen).std()) < 0.7
 
@@ -198,7 +200,7 @@ def test_run_toy_tiny_has_the_right_structure() -> None:
         points = [g for g in result.grid if g["key"] == row["key"]]
         best = min(points, key=lambda g: g["mean"])
         assert (row["lam"], row["eta"]) == (best["lam"], best["eta"])
-        if METHODS[row["key"].split("@")[0]].uses_lambda:
+        if METHODS[row["key"].split("@")[0]]().uses_lambda:
             assert row["lr"] == pytest.approx(row["lam"] * row["eta"])  # the paper's unscaled step
         else:
             assert row["lam"] is None and row["lr"] == row["eta"]
@@ -219,9 +221,15 @@ def test_run_toy_is_reproducible() -> None:
 
 def test_imle_optimises_the_exact_loss_and_sfe_is_slower() -> None:
     result = run_toy(
-        runs=20, steps=30, lambdas=(3.0,), lrs=(1.0,), sfe_lrs=(0.003,), long_steps=0,
-        methods=("imle-sog", "imle-gumbel", "ste-gumbel", "sfe"), progress=False,
-    )  # fmt: skip
+        runs=20,
+        steps=30,
+        lambdas=(3.0,),
+        lrs=(1.0,),
+        sfe_lrs=(0.003,),
+        long_steps=0,
+        methods=("imle-sog", "imle-gumbel", "ste-gumbel", "sfe"),
+        progress=False,
+    )
     gap0 = result.config["loss_init"] - result.config["loss_star"]
     gaps = {row["key"]: row["gap"] for row in result.rows}
     assert gaps["imle-sog"] < 0.2 * gap0 and gaps["imle-gumbel"] < 0.2 * gap0
@@ -272,11 +280,57 @@ def test_toy_command_writes_json_png_and_table(tmp_path, capsys) -> None:  # typ
     assert cli.main(["toy", "--quick", "--steps", "8", "--no-progress", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "final L (mean ± std)" in printed and "I-MLE SoG(5,1,10)" in printed
-    data = json.loads((out / "topk_toy.json").read_text())
-    assert data["config"]["runs"] == 10 and data["config"]["steps"] == 8
-    assert {row["key"] for row in data["rows"]} >= {"imle-sog", "ste-gumbel", "sfe", "sfe@100"}
+    data = json.loads((out / "results.json").read_text())
+    assert data["config"]["runs"] == 10 and data["config"]["steps"] == 8  # --quick, resolved: no nulls
+    assert data["config"]["lambdas"] == [1.0, 3.0] and data["config"]["long_steps"] == 100
+    assert data["complete"] is True and data["instance"]["n_states"] == 252
+    assert {row["key"] for row in data["runs"]} >= {"imle-sog", "ste-gumbel", "sfe", "sfe@100"}
+    assert sorted(p.name for p in (out / "runs").iterdir())[:2] == [
+        "imle-gumbel.json",
+        "imle-sog-literal.json",
+    ]
     assert (out / "topk_toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "imle-solvers toy --quick" in (out / "topk_toy.md").read_text()
+    assert "imle-solvers toy --steps 8 --quick" in (out / "results.md").read_text()
+
+
+def test_rows_are_reported_as_each_method_finishes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from imle_solvers.experiments.topk_toy.cli import run
+
+    seen: list[str] = []
+    config = topk_toy.ToyConfig(
+        runs=2,
+        steps=2,
+        long_steps=0,
+        lambdas=(1.0,),
+        lrs=(0.1,),
+        sfe_lrs=(0.01,),
+        methods=("imle-gumbel", "sfe"),
+        out=str(tmp_path),
+        show_progress=False,
+        threads=2,
+    )
+
+    def finished(row: topk_toy.ToyRow) -> None:
+        seen.append(row.key)
+        assert torch.get_num_threads() == 1  # run_toy runs single-threaded inside the command's 2
+        if len(seen) == 2:  # handed over before it is written; the previous row is on disk by now
+            assert (tmp_path / "runs" / "imle-gumbel.json").exists()
+
+    before = torch.get_num_threads()
+    result = run(config, on_result=finished)
+    assert seen == ["imle-gumbel", "sfe"] == [row.key for row in result.rows]
+    assert torch.get_num_threads() == before
+    alone = run_toy(
+        runs=2,
+        steps=2,
+        long_steps=0,
+        lambdas=(1.0,),
+        lrs=(0.1,),
+        sfe_lrs=(0.01,),
+        methods=("sfe",),
+        progress=False,
+    )
+    assert alone.rows[0] == result.rows[1]  # a row does not depend on which other methods ran
 
 
 def test_toy_command_without_matplotlib_still_writes_json(tmp_path, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -300,13 +354,20 @@ def test_toy_command_without_matplotlib_still_writes_json(tmp_path, capsys, monk
     ]
     assert topk_toy.main(args) == 0
     assert "imle-solvers[plot]" in capsys.readouterr().err
-    assert (tmp_path / "topk_toy.json").exists() and not (tmp_path / "topk_toy.png").exists()
+    assert (tmp_path / "results.json").exists() and not (tmp_path / "topk_toy.png").exists()
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
 
 
-def test_toy_command_rejects_bad_options(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(SystemExit) as err:
-        cli.main(["toy", "--runs", "0", "--out", str(tmp_path)])
-    assert err.value.code == 2
+def test_toy_command_rejects_bad_options(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    for argv, message in (
+        (["--runs", "0"], "argument --runs: must be a positive integer, got 0"),
+        (["--lambdas", "1", "-2"], "argument --lambdas: must be a finite number > 0, got -2.0"),
+        (["--methods", "nope"], "argument --methods/--method: must be one of 'imle-sog', "),
+    ):
+        with pytest.raises(SystemExit) as err:
+            cli.main(["toy", *argv, "--out", str(tmp_path)])
+        assert err.value.code == 2
+        assert message in capsys.readouterr().err
 
 
 def test_compare_grid_counts_pointwise_wins() -> None:

@@ -11,22 +11,22 @@ import pytest
 import torch
 
 from imle_solvers import ClampedCosts
+from imle_solvers.app.results import atomic_write_json
+from imle_solvers.app.session import check_output_dir
 from imle_solvers.data import shortest_path
+from imle_solvers.errors import ConfigError
 from imle_solvers.training import (
     METHODS,
     TrainConfig,
     build_method,
-    build_parser,
     evaluate,
     main,
     make_problem,
     run,
     train_model,
 )
-from imle_solvers.training.methods import scale_grad
+from imle_solvers.training.methods import MethodOptions, scale_grad
 from imle_solvers.training.models import ResNetStemCNN, TerrainCNN, linear_model
-from imle_solvers.training.results import ResultWriter, atomic_write_json, check_output_dir
-from imle_solvers.training.runner import resolved
 from tests.support.oracles import EnumOracle
 from tests.support.paths import ROOT
 
@@ -72,9 +72,9 @@ def test_short_training_run_reduces_regret(data: tuple) -> None:
         method_options={"samples": 5},
         show_progress=False,
     )
-    assert out["curve"][0] == pytest.approx(before)
-    assert len(out["curve"]) == 5 and len(out["epoch_times"]) == 4
-    assert out["regret"] < 0.6 * before  # seed-fixed: ~0.55 → ~0.2
+    assert out.curve[0] == pytest.approx(before)
+    assert len(out.curve) == 5 and len(out.epoch_times) == 4
+    assert out.regret < 0.6 * before  # seed-fixed: ~0.55 → ~0.2
 
 
 def test_evaluate_matches_losses_regret(data: tuple) -> None:
@@ -135,6 +135,22 @@ def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[s
     result = json.loads((out / "results.json").read_text())
     assert [r["method"] for r in result["summary"]] == ["spo+", "two-stage"]
     assert len(result["runs"]) == 4 and len(result["runs"][0]["curve"]) == 3
+    # the configuration as used: every default resolved, nothing left null
+    config = result["config"]
+    assert (config["batch_size"], config["lr"], config["samples"], config["model"]) == (
+        32,
+        0.01,
+        10,
+        "linear",
+    )
+    assert (config["lr_drops"], config["bb_loss"], config["epochs"]) == ([], "regret", 2)
+    assert all(value is not None for value in config.values())
+    row = result["summary"][0]
+    assert set(row) >= {"regret_mean", "regret_std", "accuracy_mean", "accuracy_std", "epoch_time_mean"}
+    regrets = [r["regret"] for r in result["runs"] if r["method"] == "spo+"]
+    assert row["regret_mean"] == pytest.approx(float(np.mean(regrets)))
+    assert row["regret_std"] == pytest.approx(float(np.std(regrets, ddof=1)))  # sample std over seeds
+    assert (out / "results.md").read_text().count("±") >= 4
     png = (out / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
     printed = capsys.readouterr().out
@@ -142,8 +158,9 @@ def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 
 def test_cli_rejects_unknown_method() -> None:
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         main(["--method", "magic"])
+    assert exc.value.code == 2
 
 
 def test_clamped_costs_and_terrain_model() -> None:
@@ -162,10 +179,10 @@ def test_clamped_costs_and_terrain_model() -> None:
     assert costs.shape == (2, 16) and torch.all(costs > 0)
 
 
-def test_demo_command_prints_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_command_prints_a_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from imle_solvers import cli
 
-    assert cli.main(["demo", "--epochs", "1", "--n-train", "200", "--quiet"]) == 0
+    assert cli.main(["demo", "--epochs", "1", "--n-train", "200", "--quiet", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| method" in out and "test regret" in out
     for name in ("imle-mumu", "spo+", "two-stage"):
@@ -181,11 +198,13 @@ TINY = ["--problem", "shortest-path", "--n-train", "32", "--n-test", "16", "--qu
 def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command gets as far as training."""
     import imle_solvers.training.command as command
+    import imle_solvers.training.runner as runner
 
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("training started before the options were checked")
 
     monkeypatch.setattr(command, "run", boom)
+    monkeypatch.setattr(runner, "train_model", boom)
 
 
 @pytest.mark.parametrize(
@@ -210,10 +229,11 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--deg", "0"], "--deg: must be a positive integer"),
         (["--noise-width", "1"], "--noise-width: must be in [0, 1)"),
         (["--size", "1"], "--size: must be an integer >= 2"),
-        (["--seeds", "-3"], "--seed/--seeds: must be an integer in [0, 2**32)"),
-        (["--seeds", "1", "1"], "seeds must be non-empty and without repeats"),
-        (["--method", "spo+", "spo+"], "methods must be non-empty and without repeats"),
-        (["--method", "magic"], "unknown method(s) ['magic']"),
+        (["--seeds", "-3"], "--seeds/--seed: must be an integer in [0, 2**32)"),
+        (["--seed", "1", "1"], "--seeds/--seed: must be non-empty and without repeats, got [1, 1]"),
+        (["--method", "spo+", "spo+"], "--methods/--method: must be non-empty and without repeats"),
+        (["--method", "magic"], "--methods/--method: must be one of 'imle', 'imle-pid'"),
+        (["--methods", "all", "spo+"], "--methods/--method: must be 'all' alone or method names"),
         (["--lr-drops", "0"], "--lr-drops: must be a positive integer"),
         (["--device", "gpu"], "--device: must be cpu, cuda, cuda:N or auto"),
         (["--model", "resnet-stem"], "model 'resnet-stem' does not fit problem 'shortest-path'"),
@@ -262,36 +282,51 @@ def test_out_is_checked_before_training(
 
 
 def test_config_checks_the_python_api_too() -> None:
-    with pytest.raises(ValueError, match="epochs must be a positive integer, got 0"):
+    with pytest.raises(ConfigError, match="epochs must be a positive integer, got 0"):
         TrainConfig(epochs=0)
-    with pytest.raises(ValueError, match="problem must be one of"):
+    with pytest.raises(ConfigError, match="problem must be one of"):
         TrainConfig(problem="tsp")
-    with pytest.raises(ValueError, match=r"lr_drops: every value must be a positive integer"):
+    with pytest.raises(ConfigError, match=r"lr_drops must be a positive integer, got -1"):
         TrainConfig(lr_drops=(30, -1))
+    with pytest.raises(ConfigError, match=r"epochs must be an integer, got '3'"):
+        TrainConfig(epochs="3")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"show_progress must be True or False, got 0"):
+        TrainConfig(show_progress=0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         TrainConfig("shortest-path")  # type: ignore[misc]   # keyword-only
     config = TrainConfig(methods=["spo+"], seeds=[3], epochs=2.0)  # type: ignore[arg-type]
     assert config.methods == ("spo+",) and config.seeds == (3,) and config.epochs == 2
-    args = build_parser().parse_args(["--method", "dbb", "--tau", "2", "--lam", "5"])
-    from_args = TrainConfig.from_args(args)
-    assert (from_args.tau, from_args.lam, from_args.methods) == (2.0, 5.0, ("dbb",))
+    assert TrainConfig(methods=("all",)).methods == tuple(METHODS)
+    assert isinstance(ConfigError("x"), ValueError)  # callers that caught ValueError still do
+    from_argv = TrainConfig.from_argv(["--method", "dbb", "--tau", "2", "--lam", "5", "--seed", "4", "7"])
+    assert (from_argv.tau, from_argv.lam, from_argv.methods, from_argv.seeds) == (2.0, 5.0, ("dbb",), (4, 7))
+    aliases = TrainConfig.from_argv(["--methods", "dbb", "--seeds", "4", "7", "--no-progress"])
+    assert aliases == TrainConfig.from_argv(["--method", "dbb", "--seed", "4", "7", "--quiet"])
+    assert not aliases.show_progress and TrainConfig.from_argv(["--no-cache"]).cache is False
 
 
 def test_schedules_and_defaults_resolve_without_substitution() -> None:
-    paper = resolved(TrainConfig(problem="terrain", schedule="paper"))
-    assert (paper["epochs"], paper["batch_size"], paper["lr"], paper["lr_drops"]) == (50, 70, 5e-4, (30, 40))
-    assert paper["n_train"] == 10_000 and paper["model"] == "terrain-cnn"
-    mine = resolved(
-        TrainConfig(
-            problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,), model="resnet-stem"
-        )
+    paper = TrainConfig(problem="terrain", schedule="paper").resolved()
+    assert (paper.epochs, paper.batch_size, paper.lr, paper.lr_drops) == (50, 70, 5e-4, (30, 40))
+    assert (paper.n_train, paper.model, paper.samples, paper.bb_loss) == (10_000, "terrain-cnn", 1, "hamming")
+    mine = TrainConfig(
+        problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,), model="resnet-stem"
+    ).resolved()
+    assert (mine.epochs, mine.batch_size, mine.lr, mine.lr_drops, mine.model) == (
+        3,
+        70,
+        1e-3,
+        (1,),
+        "resnet-stem",
     )
-    assert (mine["epochs"], mine["batch_size"], mine["lr"], mine["lr_drops"]) == (3, 70, 1e-3, (1,))
-    sp = resolved(TrainConfig())
-    assert (sp["epochs"], sp["batch_size"], sp["lr"], sp["lr_drops"]) == (10, 32, 1e-2, ())
-    assert sp["n_train"] == 1000
+    sp = TrainConfig().resolved()
+    assert (sp.epochs, sp.batch_size, sp.lr, sp.lr_drops) == (10, 32, 1e-2, ())
+    assert (sp.n_train, sp.n_test, sp.samples, sp.model, sp.bb_loss) == (1000, 1000, 10, "linear", "regret")
+    assert sp.resolved() == sp and TrainConfig(lr_drops=()).resolved().lr_drops == ()  # explicit: no drops
     auto = "cuda" if torch.cuda.is_available() else "cpu"
-    assert str(resolved(TrainConfig(device="auto"))["device"]) == auto
+    from imle_solvers.training.config import resolve_device
+
+    assert str(resolve_device("auto")) == auto
 
 
 def test_run_on_a_device_drops_the_lr_and_reports_each_run(data: tuple) -> None:
@@ -307,12 +342,13 @@ def test_run_on_a_device_drops_the_lr_and_reports_each_run(data: tuple) -> None:
             device="cpu",
             show_progress=False,
         ),
-        on_result=lambda r: seen.append(r["method"]),
+        on_result=lambda r: seen.append(r.method),
     )
-    assert seen == ["imle-mumu", "two-stage"] == [r["method"] for r in results]
+    assert seen == ["imle-mumu", "two-stage"] == [r.method for r in results]
     for r in results:
-        assert r["device"] == "cpu" and r["lr"] == pytest.approx([1e-2, 1e-3]) and len(r["curve"]) == 3
-        assert "DAGShortestPath" in r["oracle"]  # a TorchOracle: solved where the weights are
+        assert r.device == "cpu" and r.lr == pytest.approx([1e-2, 1e-3]) and len(r.curve) == 3
+        assert "DAGShortestPath" in r.oracle  # a TorchOracle: solved where the weights are
+    assert results[0].settings["samples"] == 2 and "OptimalTarget" in results[0].settings["target"]
 
 
 def test_train_model_moves_model_data_and_layers_to_the_device(data: tuple) -> None:
@@ -331,7 +367,7 @@ def test_train_model_moves_model_data_and_layers_to_the_device(data: tuple) -> N
         method_options={"samples": 2},
         show_progress=False,
     )
-    assert out["epoch_times"][0] > 0 and np.isfinite(out["regret"])
+    assert out.epoch_times[0] > 0 and np.isfinite(out.regret)
     assert train.to("cpu") is train  # already there: no copy
 
 
@@ -382,7 +418,7 @@ def test_terrain_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch,
     )
     assert prob.train_oracle.oracle is prob.eval_oracle  # type: ignore[attr-defined]
     assert prob.eval_oracle.calls == 2 + 2 * 2  # type: ignore[attr-defined]   # 2 evaluations, 2 batches × 2
-    assert np.isfinite(out["regret"])
+    assert np.isfinite(out.regret)
     host = make_problem("terrain", 12, 6, 0, size=4, oracle="auto", device="cpu")  # auto on the CPU: host
     assert "GridShortestPath" in repr(host.eval_oracle) and not isinstance(host.eval_oracle, TorchOracle)
 
@@ -432,21 +468,27 @@ def test_resnet_stem_is_the_first_resnet18_block() -> None:
 
 
 def test_results_are_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import json as json_module
+    import imle_solvers.app.results as results
 
     target = tmp_path / "results.json"
     atomic_write_json(target, {"good": 1})
 
-    def interrupted_dump(obj: object, fh: object, **kw: object) -> None:
-        fh.write('{"trunc')  # type: ignore[attr-defined]
+    def interrupted(fd: int) -> None:  # the new text is written, the rename has not happened
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(json_module, "dump", interrupted_dump)
+    monkeypatch.setattr(results.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         atomic_write_json(target, {"good": 2})
     monkeypatch.undo()
     assert json.loads(target.read_text()) == {"good": 1}  # the previous file, whole
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]  # no temporary file left
+    # two writers into one folder at once: each uses its own temporary name
+    names = []
+    with results.atomic_path(target) as first, results.atomic_path(target) as second:
+        names += [first.name, second.name]
+        first.write_text('{"a": 1}')
+        second.write_text('{"b": 2}')
+    assert names[0] != names[1] and json.loads(target.read_text()) == {"a": 1}
 
 
 def test_interrupt_keeps_the_finished_runs(
@@ -470,10 +512,40 @@ def test_interrupt_keeps_the_finished_runs(
     saved = json.loads((out / "results.json").read_text())
     assert saved["complete"] is False and [r["method"] for r in saved["runs"]] == ["two-stage"]
     assert saved["config"]["methods"] == ["two-stage", "spo+"]
-    assert f"1 finished run(s) kept in {out / 'runs'}" in capsys.readouterr().err
-    writer = ResultWriter(None, {})
-    writer.add({"method": "x", "seed": 0})
-    assert writer.finish(complete=True) == []  # no folder: memory only
+    captured = capsys.readouterr()
+    assert f"1 finished run(s) kept in {out / 'runs'}" in captured.err and "| two-stage" in captured.out
+    assert "Interrupted" in (out / "results.md").read_text()
+    calls.clear()
+    code = main([*TINY, "--method", "two-stage", "spo+", "--epochs", "1"])  # no --out: printed only
+    assert code == 130 and "1 finished run(s), printed above" in capsys.readouterr().err
+
+
+def test_a_full_disk_prints_the_finished_runs_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    import imle_solvers.app.results as results
+
+    real, calls = results.ResultWriter.add, []
+
+    def disk_full(self: results.ResultWriter, record: object) -> Path:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(results.ResultWriter, "add", disk_full)
+    out = tmp_path / "run"
+    code = main([*TINY, "--method", "two-stage", "spo+", "--epochs", "1", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "| two-stage" in captured.out and "| spo+" in captured.out  # both runs' metrics, printed
+    lines = captured.err.strip().splitlines()
+    assert lines == [
+        f"imle-solvers train: error: cannot write the results to {str(out)!r}: No space left on device"
+    ]
+    assert [p.name for p in (out / "runs").iterdir()] == ["two-stage-seed0.json"]
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch: seconds; the in-process test above covers the logic
@@ -540,6 +612,57 @@ def test_short_terrain_run_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             )
         )
         for r in results:
-            assert r["device"].startswith("cuda") and np.isfinite(r["regret"]) and len(r["curve"]) == 3
+            assert r.device.startswith("cuda") and np.isfinite(r.regret) and len(r.curve) == 3
     prob = make_problem("terrain", 8, 4, 0, size=12, device="cuda", oracle="auto")
     print("terrain oracle on cuda:", prob.train_oracle)
+
+
+def test_run_from_python_does_what_the_command_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    threads_seen: list[int] = []
+    out = tmp_path / "api"
+    config = TrainConfig(
+        methods=("two-stage",), epochs=1, n_train=32, n_test=16, threads=3, out=str(out), show_progress=False
+    )
+    torch.set_num_threads(1)
+    results = run(config, on_result=lambda r: threads_seen.append(torch.get_num_threads()))
+    assert threads_seen == [3] and torch.get_num_threads() == 1  # applied during the run, restored after
+    assert [p.name for p in (out / "runs").iterdir()] == ["two-stage-seed0.json"]
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["complete"] is True and saved["runs"][0]["regret"] == pytest.approx(results[0].regret)
+    options = f"--methods two-stage --epochs 1 --n-train 32 --n-test 16 --threads 3 --out {out} --quiet"
+    assert saved["command"] == f"imle-solvers train {options}"
+    assert TrainConfig.from_argv(saved["command"].split()[2:]) == config  # the command reproduces the config
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("training started")
+
+    import imle_solvers.training.runner as runner
+
+    monkeypatch.setattr(runner, "make_problem", boom)
+    with pytest.raises(ConfigError, match=r"out '.*file' is a file: it must name a folder") as err:
+        run(config.replace(out=str(a_file)))
+    assert err.value.field == "out"
+    assert torch.get_num_threads() == 1
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA is not available"):
+            run(config.replace(device="cuda", out=None))
+
+
+def test_method_options_reach_the_methods(data: tuple) -> None:
+    train, _ = data
+    pid = build_method("imle-pid", train.oracle, lam=3.0, samples=2)
+    assert pid.settings["lam"] == 3.0 and pid.settings["samples"] == 2
+    assert pid.modules[0].target.lam == 3.0 and pid.modules[0].samples == 2
+    bb = build_method("dbb", train.oracle, bb_lam=7.0, bb_loss="hamming")
+    assert bb.settings == {"bb_lam": 7.0, "bb_loss": "hamming"} and bb.modules[0].lam == 7.0
+    dpo = build_method("dpo", train.oracle, samples=4, dpo_samples=3, sigma=0.5)
+    assert dpo.settings == {"sigma": 0.5, "samples": 3} and dpo.modules[0].samples == 3
+    with pytest.raises(TypeError):
+        build_method("imle", train.oracle, lamda=3.0)
+    with pytest.raises(ValueError, match="bb_loss must be one of"):
+        MethodOptions(bb_loss="l1")
+    assert MethodOptions() == MethodOptions(samples=10, lam=10.0, bb_lam=20.0, bb_loss="regret", sigma=1.0)
+    for name in METHODS:
+        assert METHODS.help(name) and "\n" not in METHODS.help(name)

@@ -19,17 +19,17 @@ Public entry points: [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] →
 ``imle-solvers toy`` command). By role:
 
 * ``problem.py`` — `ToyProblem`, the exact ``L``, marginals, samples and SFE on the enumerated states;
-* ``methods.py`` — `METHODS`, the estimators compared, and the gradient each gives;
+* ``methods.py`` — `METHODS`, the registry of the estimators compared, and the gradient each gives;
 * ``run.py``     — `run_toy`: the batched SGD over the (λ, η) grid, then the best settings afresh;
 * ``results.py`` — `ToyResult` and its rows, `ToyRow`;
 * ``report.py``  — `result_table`, `summarize_instances`, `compare_grid` and `plot`;
-* ``cli.py``     — the parser and ``main(argv)``.
+* ``cli.py``     — `ToyConfig`, ``run(config)`` (what the command does) and ``main(argv)``.
 """
 
 from __future__ import annotations
 
-from .cli import QUICK, build_parser, main
-from .methods import METHODS, SOG, SOG_LITERAL, ToyMethod
+from .cli import QUICK, ToyConfig, build_parser, main
+from .methods import DEFAULT_METHODS, METHODS, SOG, SOG_LITERAL, ToyMethod
 from .problem import ToyProblem, enumerate_states
 from .report import compare_grid, plot, result_table, summarize_instances
 from .results import ToyResult, ToyRow
@@ -38,12 +38,14 @@ from .run import DEFAULT_LAMBDAS, DEFAULT_LRS, DEFAULT_SFE_LRS, MOMENTUM, run_to
 __all__ = [
     "DEFAULT_LAMBDAS",
     "DEFAULT_LRS",
+    "DEFAULT_METHODS",
     "DEFAULT_SFE_LRS",
     "METHODS",
     "MOMENTUM",
     "QUICK",
     "SOG",
     "SOG_LITERAL",
+    "ToyConfig",
     "ToyMethod",
     "ToyProblem",
     "ToyResult",

@@ -1,93 +1,203 @@
-"""``imle-solvers toy``: the parser (`build_parser`), the options it gives `run_toy`, and `main`."""
+"""``imle-solvers toy``: `ToyConfig` (its parser is generated from it), `run` and `main`."""
 
 from __future__ import annotations
 
-import argparse
-import sys
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
-from ...report import write_outputs as write_files
-from .report import plot, result_table
-from .results import ToyResult
-from .run import run_toy
+from ..._checks import non_negative_int, positive, positive_int
+from ...app.command import Command
+from ...app.config import CommandConfig, option, render
+from ...app.session import Session
+from .methods import DEFAULT_METHODS, METHODS
+from .report import ROWS, plot, result_table
+from .results import ToyResult, ToyRow
+from .run import DEFAULT_LAMBDAS, DEFAULT_LRS, DEFAULT_SFE_LRS, run_toy
 
-__all__ = ["QUICK", "build_parser", "main", "toy_options", "write_outputs"]
+__all__ = ["COMMAND", "QUICK", "ToyConfig", "build_parser", "main", "run"]
 
-#: The ``--quick`` settings: 10 runs, a 2 × 2 grid, the extra SFE run over 100 steps.
 QUICK: dict[str, Any] = {
-    "runs": 10, "lambdas": (1.0, 3.0), "lrs": (0.3, 1.0), "sfe_lrs": (0.003, 0.01), "long_steps": 100,
-}  # fmt: skip
+    "runs": 10,
+    "lambdas": (1.0, 3.0),
+    "lrs": (0.3, 1.0),
+    "sfe_lrs": (0.003, 0.01),
+    "long_steps": 100,
+}
+"""What ``--quick`` changes: 10 runs, a 2 × 2 grid, the extra SFE run over 100 steps (seconds)."""
+
+_FULL: dict[str, Any] = {
+    "runs": 100,
+    "lambdas": DEFAULT_LAMBDAS,
+    "lrs": DEFAULT_LRS,
+    "sfe_lrs": DEFAULT_SFE_LRS,
+    "long_steps": 500,
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``imle-solvers toy``."""
-    parser = argparse.ArgumentParser(
-        prog="imle-solvers toy",
-        description="The I-MLE paper's synthetic top-k experiment (m=10, k=5, exact L by enumeration).",
-    )
-    parser.add_argument("--runs", type=int, default=None, help="runs per grid point (default 100; quick 10)")
-    parser.add_argument("--steps", type=int, default=50, help="SGD steps (default 50)")
-    parser.add_argument(
-        "--long-steps", type=int, default=None, help="steps of the extra SFE run (default 500)"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the instance and of the noise")
-    parser.add_argument("--out", default="runs/topk_toy", help="output directory (default runs/topk_toy)")
-    parser.add_argument("--quick", action="store_true", help="a small grid and few runs (seconds)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return parser
+def _default(name: str) -> str:
+    return f"{render(_FULL[name])}; --quick: {render(QUICK[name])}"
 
 
-def toy_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of [`run_toy`][imle_solvers.experiments.topk_toy.run_toy] that ``args`` set."""
-    options: dict[str, Any] = dict(QUICK) if args.quick else {}
-    if args.runs is not None:
-        options["runs"] = args.runs
-    if args.long_steps is not None:
-        options["long_steps"] = args.long_steps
-    return {**options, "steps": args.steps, "seed": args.seed, "progress": not args.no_progress}
+def _count(value: int) -> int:
+    return positive_int("", value)
 
 
-def write_outputs(result: ToyResult, out: Path, command: str) -> list[Path]:
-    """Print the table; write ``topk_toy.json``, ``topk_toy.md`` and (with matplotlib) ``topk_toy.png``.
+def _rate(value: float) -> float:
+    return positive("", value)
 
-    Returns the paths written; ``command`` is quoted at the end of the Markdown file.
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToyConfig(CommandConfig):
+    """Settings of ``imle-solvers toy`` (`run` takes it); ``None`` takes the full experiment's value, or
+    the quick one with ``quick``.
+
+    Attributes
+    ----------
+    runs
+        Runs per grid point.
+    steps
+        SGD steps of a run.
+    long_steps
+        Steps of the extra SFE run (0: none).
+    seed
+        Seed of the instance (``b``, ``θ₀``) and of the estimators' randomness.
+    methods
+        Keys of [`METHODS`][imle_solvers.experiments.topk_toy.METHODS].
+    lambdas
+        λ grid of the I-MLE methods.
+    lrs
+        Step-size grid of I-MLE and STE.
+    sfe_lrs
+        Learning-rate grid of the SFE.
+    quick
+        A small grid and few runs (seconds).
+    threads
+        torch CPU threads during the run.
+    out
+        Folder for ``results.json``, ``results.md`` and ``topk_toy.png``.
+    show_progress
+        A progress bar.
     """
-    table = result_table(result)
+
+    command: ClassVar[str] = "toy"
+    description: ClassVar[str] = (
+        "The I-MLE paper's synthetic top-k experiment (m=10, k=5, exact L by enumeration): a (λ, η) grid "
+        "per method,\nthen each method's best setting run again with fresh randomness."
+    )
+
+    runs: int | None = option(
+        None, "runs per grid point", check=_count, default_text=lambda: _default("runs")
+    )
+    steps: int = option(50, "SGD steps", check=_count)
+    long_steps: int | None = option(
+        None,
+        "steps of the extra SFE run (0: none)",
+        check=lambda v: non_negative_int("", v),
+        default_text=lambda: _default("long_steps"),
+    )
+    seed: int = option(0, "seed of the instance and of the noise", check=lambda v: non_negative_int("", v))
+    methods: tuple[str, ...] = option(
+        DEFAULT_METHODS,
+        "methods to compare (listed below)",
+        flags=("--methods", "--method"),
+        choices=lambda: tuple(METHODS),
+        metavar="NAME",
+    )
+    lambdas: tuple[float, ...] | None = option(
+        None, "λ grid of I-MLE", check=_rate, metavar="λ", default_text=lambda: _default("lambdas")
+    )
+    lrs: tuple[float, ...] | None = option(
+        None,
+        "step-size grid η of I-MLE and STE",
+        check=_rate,
+        metavar="η",
+        default_text=lambda: _default("lrs"),
+    )
+    sfe_lrs: tuple[float, ...] | None = option(
+        None,
+        "learning-rate grid of the SFE",
+        check=_rate,
+        metavar="LR",
+        default_text=lambda: _default("sfe_lrs"),
+    )
+    quick: bool = option(False, "a small grid and few runs (seconds)")
+    threads: int = option(1, "torch CPU threads", check=_count)
+    out: str = option(
+        os.path.join("runs", "topk_toy"),
+        "folder for results.json, results.md and topk_toy.png",
+        metavar="DIR",
+    )
+    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+
+    @classmethod
+    def help_epilog(cls) -> str:
+        width = max(len(name) for name in METHODS)
+        return "methods:\n" + "\n".join(f"  {n:<{width}}  {METHODS.help(n)}" for n in METHODS)
+
+    def resolved(self) -> ToyConfig:
+        """The settings a run uses: every ``None`` filled from the full or the quick experiment."""
+        values = QUICK if self.quick else _FULL
+        return dataclasses.replace(
+            self, **{name: values[name] for name in _FULL if getattr(self, name) is None}
+        )
+
+
+def run(config: ToyConfig, on_result: Callable[[ToyRow], None] | None = None) -> ToyResult:
+    """Run the experiment of ``config`` as ``imle-solvers toy`` does: each method's row is written to
+    ``out`` as it finishes, then ``results.json`` (with the curves and the grid), ``results.md`` and
+    ``topk_toy.png``; ``threads`` is applied and restored."""
+    used = config.resolved()
+    with Session(config, ROWS, resolved=used.as_dict(), on_result=on_result) as session:
+        assert used.runs is not None and used.long_steps is not None
+        assert used.lambdas is not None and used.lrs is not None and used.sfe_lrs is not None
+        result = run_toy(
+            runs=used.runs,
+            steps=used.steps,
+            seed=used.seed,
+            lambdas=used.lambdas,
+            lrs=used.lrs,
+            sfe_lrs=used.sfe_lrs,
+            long_steps=used.long_steps,
+            methods=used.methods,
+            progress=used.show_progress,
+            on_row=session.add,
+        )
+        session.finish(
+            markdown=_header(result),
+            extra={"instance": result.config, "curves": result.curves, "grid": result.grid},
+            plots=[("topk_toy.png", lambda path: plot(result, path))],
+        )
+    return result
+
+
+def _header(result: ToyResult) -> str:
     cfg = result.config
-    header = (
+    return (
         f"Synthetic top-k (m={cfg['m']}, k={cfg['k']}, {cfg['n_states']} states), {cfg['runs']} runs, "
         f"SGD momentum {cfg['momentum']}, seed {cfg['seed']}: L(θ₀) = {cfg['loss_init']:.3f}, "
         f"L* = {cfg['loss_star']:.3f}"
     )
-    print(header)
-    print(table)
+
+
+def _show(config: ToyConfig, result: ToyResult) -> None:
+    print(_header(result))
+    print(result_table(result))
     print(f"({result.seconds:.1f} s)")
-    return write_files(
-        out,
-        "topk_toy",
-        result.save_json,
-        f"{header}\n\n{table}",
-        command,
-        plots=lambda: [plot(result, out / "topk_toy.png")],
-    )
+    print(f"wrote {os.path.join(config.out, 'results.json')}, results.md and topk_toy.png")
+
+
+COMMAND: Command[ToyConfig, ToyResult] = Command(ToyConfig, run, _show, ROWS)
+"""``imle-solvers toy``."""
+
+
+def build_parser() -> Any:
+    """The parser of ``imle-solvers toy``, generated from
+    [`ToyConfig`][imle_solvers.experiments.topk_toy.ToyConfig]."""
+    return ToyConfig.parser()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``imle-solvers toy [--runs N] [--steps N] [--seed S] [--out DIR] [--quick]``.
-
-    Runs [`run_toy`][imle_solvers.experiments.topk_toy.run_toy], prints the result table and writes
-    ``topk_toy.json``, ``topk_toy.md`` and
-    ``topk_toy.png`` (when matplotlib is installed) to ``--out``.
-    """
-    parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    try:
-        result = run_toy(**toy_options(args))
-    except ValueError as exc:
-        parser.error(str(exc))
-    command = "imle-solvers toy " + " ".join(list(argv) if argv is not None else sys.argv[1:])
-    written = write_outputs(result, Path(args.out), command)
-    print("wrote " + ", ".join(str(p) for p in written))
-    return 0
+    """``imle-solvers toy [options]``: run, print the table, write the results; returns the exit status."""
+    return COMMAND.main(argv)

@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from ...app.registry import Registry
 from ...estimators import STE
 from ...imle import IMLE
 from ...noise import Gumbel, NoiseDistribution, SumOfGamma
@@ -21,7 +22,7 @@ from ...target import PerturbedTarget
 from ...topk import TopK
 from .problem import ToyProblem
 
-__all__ = ["METHODS", "SOG", "SOG_LITERAL", "ToyMethod", "gradient_estimate"]
+__all__ = ["DEFAULT_METHODS", "METHODS", "SOG", "SOG_LITERAL", "ToyMethod", "gradient_estimate"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,23 +50,69 @@ class ToyMethod:
         return self.kind == "imle"
 
 
-#: The paper's SoG(κ=5, τ=1, s=10): Theorem 1 with κ = k (see docs/experiments.md for the mapping).
 SOG = SumOfGamma(k=5, tau=1.0, s=10)
-#: The literal reading of the appendix's "SoG(1, 5, 10)": κ = 1, τ = 5, s = 10.
+"""The paper's SoG(κ=5, τ=1, s=10): Theorem 1 with κ = k (see the experiments page for the mapping)."""
 SOG_LITERAL = SumOfGamma(k=1, tau=5.0, s=10)
+"""The literal reading of the appendix's "SoG(1, 5, 10)": κ = 1, τ = 5, s = 10."""
 
-METHODS: dict[str, ToyMethod] = {
-    "imle-sog": ToyMethod("I-MLE SoG(5,1,10)", "imle", SOG),
-    "imle-gumbel": ToyMethod("I-MLE Gumbel(0,1)", "imle", Gumbel(1.0)),
-    "imle-sog-literal": ToyMethod("I-MLE SoG(1,5,10) literal", "imle", SOG_LITERAL),
-    # temperature controls (docs/experiments.md, "Why SoG < Gumbel does not reproduce")
-    "imle-gumbel-5": ToyMethod("I-MLE Gumbel(0,5)", "imle", Gumbel(5.0)),
-    "imle-sog-5": ToyMethod("I-MLE SoG(5,5,10)", "imle", SumOfGamma(k=5, tau=5.0, s=10)),
-    "ste-gumbel": ToyMethod("STE Gumbel(0,1)", "ste", Gumbel(1.0)),
-    "ste-sog": ToyMethod("STE SoG(5,1,10)", "ste", SOG),
-    "sfe": ToyMethod("SFE exact", "sfe", None),
-}
-"""Method key → `ToyMethod`, in table order; the method's ``name`` labels its tables and plots."""
+
+def imle_sog() -> ToyMethod:
+    """I-MLE, PID target (eq. 8), SoG(5,1,10) noise: Theorem 1's κ = k, temperature 1."""
+    return ToyMethod("I-MLE SoG(5,1,10)", "imle", SOG)
+
+
+def imle_gumbel() -> ToyMethod:
+    """I-MLE, PID target (eq. 8), Gumbel(0,1) noise."""
+    return ToyMethod("I-MLE Gumbel(0,1)", "imle", Gumbel(1.0))
+
+
+def imle_sog_literal() -> ToyMethod:
+    """I-MLE, PID target (eq. 8), the appendix's SoG(1,5,10) read literally: κ = 1, τ = 5."""
+    return ToyMethod("I-MLE SoG(1,5,10) literal", "imle", SOG_LITERAL)
+
+
+def imle_gumbel_5() -> ToyMethod:
+    """I-MLE, PID target (eq. 8), Gumbel(0,5) noise: the temperature control of the noise study."""
+    return ToyMethod("I-MLE Gumbel(0,5)", "imle", Gumbel(5.0))
+
+
+def imle_sog_5() -> ToyMethod:
+    """I-MLE, PID target (eq. 8), SoG(5,5,10) noise: the temperature control of the noise study."""
+    return ToyMethod("I-MLE SoG(5,5,10)", "imle", SumOfGamma(k=5, tau=5.0, s=10))
+
+
+def ste_gumbel() -> ToyMethod:
+    """Straight-through estimator, Gumbel(0,1) noise."""
+    return ToyMethod("STE Gumbel(0,1)", "ste", Gumbel(1.0))
+
+
+def ste_sog() -> ToyMethod:
+    """Straight-through estimator, SoG(5,1,10) noise."""
+    return ToyMethod("STE SoG(5,1,10)", "ste", SOG)
+
+
+def sfe() -> ToyMethod:
+    """Score-function estimator with exact samples and exact marginals (not a library estimator)."""
+    return ToyMethod("SFE exact", "sfe", None)
+
+
+METHODS: Registry[Callable[[], ToyMethod]] = Registry(
+    "toy method",
+    {
+        "imle-sog": imle_sog,
+        "imle-gumbel": imle_gumbel,
+        "imle-sog-literal": imle_sog_literal,
+        "imle-gumbel-5": imle_gumbel_5,
+        "imle-sog-5": imle_sog_5,
+        "ste-gumbel": ste_gumbel,
+        "ste-sog": ste_sog,
+        "sfe": sfe,
+    },
+)
+"""Method key → factory of its `ToyMethod`, in table order; the method's ``name`` labels tables and plots."""
+
+DEFAULT_METHODS = ("imle-sog", "imle-gumbel", "imle-sog-literal", "ste-gumbel", "ste-sog", "sfe")
+"""The methods of the experiment's table (the temperature-5 controls run in the noise study)."""
 
 
 def gradient_estimate(

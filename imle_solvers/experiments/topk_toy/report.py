@@ -8,18 +8,18 @@ from typing import Any
 
 import torch
 
+from ...app.report import format_table
 from ...errors import require
-from ...report import format_table
 from .methods import METHODS
 from .results import ToyResult, ToyRow
 
-__all__ = ["compare_grid", "plot", "result_table", "summarize_instances"]
+__all__ = ["ROWS", "compare_grid", "plot", "result_table", "summarize_instances"]
 
 
-def result_table(result: ToyResult) -> str:
+def result_table(result: ToyResult | Sequence[ToyRow]) -> str:
     """The Markdown table of `ToyResult.rows`: final ``L`` mean ± std, gap to ``L*``, best λ and lr."""
     table = []
-    for row in result.rows:
+    for row in result.rows if isinstance(result, ToyResult) else result:
         table.append(
             {
                 "method": row.method,
@@ -33,6 +33,20 @@ def result_table(result: ToyResult) -> str:
             }
         )
     return format_table(table)
+
+
+class _Rows:
+    """The toy's summary of finished rows: each row is already a mean ± std over the runs."""
+
+    def rows(self, records: Sequence[ToyRow]) -> list[dict[str, Any]]:
+        return [row.to_dict() for row in records]
+
+    def table(self, records: Sequence[ToyRow]) -> str:
+        return result_table(records)
+
+
+ROWS = _Rows()
+"""The summary of ``imle-solvers toy``'s results (one row per method, as finished)."""
 
 
 def summarize_instances(results: Sequence[ToyResult], reference: str = "ste-gumbel") -> list[dict[str, Any]]:
@@ -114,7 +128,7 @@ def plot(result: ToyResult, path: str | Path) -> Path:
     cfg = result.config
     star, steps = cfg["loss_star"], cfg["steps"]
     short = [row for row in result.rows if row.steps == steps]
-    pam = [row for row in short if METHODS.get(row.key, METHODS["sfe"]).kind != "sfe"]
+    pam = [row for row in short if row.key in METHODS and METHODS[row.key]().kind != "sfe"]
     long = [row for row in result.rows if row.steps != steps]
     has_heat = {"imle-sog", "imle-gumbel"} <= {row.key for row in result.rows}
     fig = Figure(figsize=(11.0, 8.0), layout="constrained")
@@ -131,14 +145,21 @@ def plot(result: ToyResult, path: str | Path) -> Path:
 
     for row in short:
         draw(ax_all, row)
-    ax_all.set(xlabel="SGD step", ylabel="L(θ) − L*   (mean ± std over runs)",
-               title=f"(a) {cfg['runs']} runs from the same θ₀, best setting per method")  # fmt: skip
+    ax_all.set(
+        xlabel="SGD step",
+        ylabel="L(θ) − L*   (mean ± std over runs)",
+        title=f"(a) {cfg['runs']} runs from the same θ₀, best setting per method",
+    )
     ax_all.legend(fontsize=7)
     for row in pam:
         draw(ax_zoom, row)
     top = max([row.gap + row.std for row in pam], default=1.0)
-    ax_zoom.set(xlabel="SGD step", ylabel="L(θ) − L*", ylim=(0.0, 2.5 * top),
-                title="(b) zoom: perturb-and-MAP estimators")  # fmt: skip
+    ax_zoom.set(
+        xlabel="SGD step",
+        ylabel="L(θ) − L*",
+        ylim=(0.0, 2.5 * top),
+        title="(b) zoom: perturb-and-MAP estimators",
+    )
     ax_zoom.legend(fontsize=7)
     for row in [r for r in short if r.key in ("imle-sog", "imle-gumbel", "sfe")] + long:
         draw(ax_long, row)
@@ -159,8 +180,11 @@ def plot(result: ToyResult, path: str | Path) -> Path:
                 ax_heat.text(j, i, f"{float(diff[i, j]):+.2f}", ha="center", va="center", fontsize=7)
         ax_heat.set_xticks(range(len(etas)), [f"{v:g}" for v in etas])
         ax_heat.set_yticks(range(len(lams)), [f"{v:g}" for v in lams])
-        ax_heat.set(xlabel="step size η (I-MLE's SGD lr = η λ)", ylabel="λ",
-                    title="(d) mean final L, I-MLE SoG − Gumbel (blue: SoG better)")  # fmt: skip
+        ax_heat.set(
+            xlabel="step size η (I-MLE's SGD lr = η λ)",
+            ylabel="λ",
+            title="(d) mean final L, I-MLE SoG − Gumbel (blue: SoG better)",
+        )
         fig.colorbar(image, ax=ax_heat)
     else:
         ax_heat.set_axis_off()

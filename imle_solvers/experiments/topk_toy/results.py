@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 from typing import Any
 
 __all__ = ["ToyResult", "ToyRow"]
@@ -100,11 +98,3 @@ class ToyResult:
         """A JSON-serialisable dict (each row as its
         [`to_dict`][imle_solvers.experiments.topk_toy.ToyRow.to_dict])."""
         return dataclasses.asdict(self)
-
-    def save_json(self, path: str | Path) -> Path:
-        """Write [`to_dict`][imle_solvers.experiments.topk_toy.ToyResult.to_dict] as JSON to ``path``;
-        returns the path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=True))
-        return path

@@ -8,31 +8,33 @@ one batch (rows = learning rates × runs), one layer call per step, so the whole
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 import warnings
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 from ..._checks import positive, positive_int
-from ...report import progress as progress_bar
-from .methods import METHODS, ToyMethod, gradient_estimate
+from ...app.report import progress_bar
+from .methods import DEFAULT_METHODS, METHODS, ToyMethod, gradient_estimate
 from .problem import ToyProblem
 from .results import ToyResult, ToyRow
 
 __all__ = ["DEFAULT_LAMBDAS", "DEFAULT_LRS", "DEFAULT_SFE_LRS", "MOMENTUM", "run_toy", "sgd_momentum_step"]
 
-#: Perturbation intensities λ of the PID target (eq. 8) tried for I-MLE.
 DEFAULT_LAMBDAS: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0)
-#: Step sizes η tried for I-MLE and STE (for I-MLE the SGD learning rate is η λ, see ``_sgd_lr``).
+"""Perturbation intensities λ of the PID target (eq. 8) tried for I-MLE."""
 DEFAULT_LRS: tuple[float, ...] = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
-#: Learning rates tried for the score-function estimator (whose gradients are ~‖z − b‖² larger).
+"""Step sizes η tried for I-MLE and STE (for I-MLE the SGD learning rate is η λ, see ``_sgd_lr``)."""
 DEFAULT_SFE_LRS: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+"""Learning rates tried for the score-function estimator (whose gradients are ~‖z − b‖² larger)."""
 
 MOMENTUM = 0.9
+"""Momentum of the SGD (the paper's appendix)."""
 
 
 def sgd_momentum_step(
@@ -94,8 +96,9 @@ def run_toy(
     lrs: Sequence[float] = DEFAULT_LRS,
     sfe_lrs: Sequence[float] = DEFAULT_SFE_LRS,
     long_steps: int = 500,
-    methods: Sequence[str] = ("imle-sog", "imle-gumbel", "imle-sog-literal", "ste-gumbel", "ste-sog", "sfe"),
+    methods: Sequence[str] = DEFAULT_METHODS,
     progress: bool = True,
+    on_row: Callable[[ToyRow], None] | None = None,
 ) -> ToyResult:
     """Run the synthetic top-k experiment: a (λ, η) grid per method, then the best setting afresh.
 
@@ -110,7 +113,9 @@ def run_toy(
     The instance is fixed by ``seed``: ``b ~ N(0, I)`` and ``θ₀ ~ N(0, I)`` are drawn once and shared
     by all runs (as in the paper, where ``b`` is sampled only once), so the spread over runs is the
     estimators' own randomness. Use several seeds to see how results vary across instances
-    ([`summarize_instances`][imle_solvers.experiments.topk_toy.summarize_instances]).
+    ([`summarize_instances`][imle_solvers.experiments.topk_toy.summarize_instances]). Every grid point
+    draws from its own generator, derived from (seed, method, λ): a row does not depend on which other
+    methods run, nor on their order.
 
     Parameters
     ----------
@@ -131,9 +136,11 @@ def run_toy(
     long_steps
         Steps of the extra SFE run (0 disables it).
     methods
-        Keys of `METHODS`.
+        Keys of [`METHODS`][imle_solvers.experiments.topk_toy.METHODS].
     progress
         Show a progress bar on stderr.
+    on_row
+        Called with each method's row as soon as it is finished (methods run one after the other).
     """
     runs, steps = positive_int("runs", runs), positive_int("steps", steps)
     if int(long_steps) != long_steps or long_steps < 0:
@@ -146,12 +153,9 @@ def run_toy(
     unknown = [key for key in methods if key not in METHODS]
     if unknown or not methods:
         raise ValueError(f"unknown methods {unknown}; choose among {sorted(METHODS)}")
-
+    setup = _Setup(runs, steps, int(seed), grids["lambdas"], grids["lrs"], grids["sfe_lrs"], int(long_steps))
     with _single_thread():
-        return _run_toy(
-            runs, steps, int(seed), grids["lambdas"], grids["lrs"], grids["sfe_lrs"], int(long_steps),
-            methods, show_progress=progress,
-        )  # fmt: skip
+        return _run_toy(setup, tuple(methods), show_progress=progress, on_row=on_row)
 
 
 @contextlib.contextmanager
@@ -169,91 +173,134 @@ def _single_thread() -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    runs: int
+    steps: int
+    seed: int
+    lambdas: list[float]
+    lrs: list[float]
+    sfe_lrs: list[float]
+    long_steps: int
+
+
 def _run_toy(
-    runs: int,
-    steps: int,
-    seed: int,
-    lambdas: list[float],
-    lrs: list[float],
-    sfe_lrs: list[float],
-    long_steps: int,
-    methods: Sequence[str],
+    setup: _Setup,
+    methods: tuple[str, ...],
     *,
     show_progress: bool,
+    on_row: Callable[[ToyRow], None] | None,
 ) -> ToyResult:
     start = time.perf_counter()
-    problem = ToyProblem.create(seed)
+    problem = ToyProblem.create(setup.seed)
+    built = {key: METHODS[key]() for key in methods}
 
     # (row key, method key, λ or None, step-size grid η, steps)
     plan: list[tuple[str, str, float | None, list[float], int]] = []
-    for key in methods:
-        method = METHODS[key]
+    for key, method in built.items():
         if method.uses_lambda:
-            plan += [(key, key, lam, lrs, steps) for lam in lambdas]
+            plan += [(key, key, lam, setup.lrs, setup.steps) for lam in setup.lambdas]
         else:
-            plan.append((key, key, None, sfe_lrs if method.kind == "sfe" else lrs, steps))
-    if long_steps and "sfe" in methods:
-        plan.append((f"sfe@{long_steps}", "sfe", None, sfe_lrs, long_steps))
+            plan.append((key, key, None, setup.sfe_lrs if method.kind == "sfe" else setup.lrs, setup.steps))
+    if setup.long_steps and "sfe" in methods:
+        plan.append((f"sfe@{setup.long_steps}", "sfe", None, setup.sfe_lrs, setup.long_steps))
 
     grid: list[dict[str, Any]] = []
-    bar = _progress_iter(plan, "toy grid", show_progress)
-    for row_key, key, lam, etas, n_steps in bar:
-        gen = torch.Generator().manual_seed(_seed_for(seed, "grid", row_key, lam))
-        sgd_lrs = [_sgd_lr(eta, lam) for eta in etas]
-        curves = _optimise(problem, METHODS[key], lam, sgd_lrs, runs, n_steps, gen)
-        for i, (eta, lr) in enumerate(zip(etas, sgd_lrs)):
-            final = curves[i, :, -1]
-            grid.append(
-                {"key": row_key, "lam": lam, "eta": eta, "lr": lr, "steps": n_steps,
-                 "mean": _finite_mean(final), "std": float(final.std()) if runs > 1 else 0.0}
-            )  # fmt: skip
-
     rows: list[ToyRow] = []
     curve_out: dict[str, dict[str, list[float]]] = {}
-    method_of = {row_key: key for row_key, key, *_ in plan}  # row key -> METHODS key
-    for row_key in _progress_iter(list(method_of), "best settings", show_progress):
-        points = [g for g in grid if g["key"] == row_key]
-        best = min(points, key=lambda g: g["mean"])
-        key = method_of[row_key]
-        gen = torch.Generator().manual_seed(_seed_for(seed, "eval", row_key))
-        curves = _optimise(problem, METHODS[key], best["lam"], [best["lr"]], runs, best["steps"], gen)[0]
-        final = curves[:, -1]
-        lam_values = sorted({g["lam"] for g in points if g["lam"] is not None})
-        eta_values = sorted({g["eta"] for g in points})
-        edge = [
-            name
-            for name, value, values in (("λ", best["lam"], lam_values), ("η", best["eta"], eta_values))
-            if len(values) > 1 and value in (values[0], values[-1])
-        ]
-        rows.append(
-            ToyRow(
-                method=METHODS[key].name + (f" ({best['steps']} steps)" if row_key != key else ""),
-                key=row_key,
-                lam=best["lam"],
-                eta=best["eta"],
-                lr=best["lr"],
-                steps=best["steps"],
-                mean=_finite_mean(final),
-                std=float(final.std()) if runs > 1 else 0.0,
-                min=float(final.min()),
-                max=float(final.max()),
-                gap=_finite_mean(final) - problem.loss_star,
-                edge=", ".join(edge),
-            )
-        )
-        curve_out[row_key] = {
-            "mean": curves.mean(dim=0).tolist(),
-            "std": (curves.std(dim=0) if runs > 1 else torch.zeros(curves.shape[1])).tolist(),
-        }
+    bar = _progress_bar(len(plan) + len({p[0] for p in plan}), show_progress)
+    for row_key in dict.fromkeys(p[0] for p in plan):  # one method (row) after the other
+        points: list[dict[str, Any]] = []
+        for _, key, lam, etas, n_steps in [p for p in plan if p[0] == row_key]:
+            gen = torch.Generator().manual_seed(_seed_for(setup.seed, "grid", row_key, lam))
+            sgd_lrs = [_sgd_lr(eta, lam) for eta in etas]
+            curves = _optimise(problem, built[key], lam, sgd_lrs, setup.runs, n_steps, gen)
+            for i, (eta, lr) in enumerate(zip(etas, sgd_lrs)):
+                final = curves[i, :, -1]
+                std = float(final.std()) if setup.runs > 1 else 0.0
+                points.append(
+                    {
+                        "key": row_key,
+                        "lam": lam,
+                        "eta": eta,
+                        "lr": lr,
+                        "steps": n_steps,
+                        "mean": _finite_mean(final),
+                        "std": std,
+                    }
+                )
+            _advance(bar)
+        grid += points
+        key = next(p[1] for p in plan if p[0] == row_key)
+        row, curve = _best_row(problem, built[key], row_key, key, points, setup)
+        rows.append(row)
+        curve_out[row_key] = curve
+        _advance(bar)
+        if on_row is not None:
+            on_row(row)
+    if bar is not None:
+        bar.close()
 
     config = {
-        "runs": int(runs), "steps": int(steps), "long_steps": int(long_steps), "seed": int(seed),
-        "m": problem.m, "k": problem.k, "n_states": int(problem.states.shape[0]), "momentum": MOMENTUM,
-        "lambdas": lambdas, "lrs": lrs, "sfe_lrs": sfe_lrs, "methods": list(methods),
-        "b": problem.b.tolist(), "theta0": problem.theta0.tolist(),
-        "loss_init": float(problem.expected_loss(problem.theta0)), "loss_star": problem.loss_star,
-    }  # fmt: skip
+        "runs": setup.runs,
+        "steps": setup.steps,
+        "long_steps": setup.long_steps,
+        "seed": setup.seed,
+        "m": problem.m,
+        "k": problem.k,
+        "n_states": int(problem.states.shape[0]),
+        "momentum": MOMENTUM,
+        "lambdas": setup.lambdas,
+        "lrs": setup.lrs,
+        "sfe_lrs": setup.sfe_lrs,
+        "methods": list(methods),
+        "b": problem.b.tolist(),
+        "theta0": problem.theta0.tolist(),
+        "loss_init": float(problem.expected_loss(problem.theta0)),
+        "loss_star": problem.loss_star,
+    }
     return ToyResult(config, rows, curve_out, grid, seconds=time.perf_counter() - start)
+
+
+def _best_row(
+    problem: ToyProblem,
+    method: ToyMethod,
+    row_key: str,
+    key: str,
+    points: list[dict[str, Any]],
+    setup: _Setup,
+) -> tuple[ToyRow, dict[str, list[float]]]:
+    """The method's best grid point, re-run with fresh randomness: its row and its mean ± std curve."""
+    best = min(points, key=lambda g: g["mean"])
+    gen = torch.Generator().manual_seed(_seed_for(setup.seed, "eval", row_key))
+    curves = _optimise(problem, method, best["lam"], [best["lr"]], setup.runs, best["steps"], gen)[0]
+    final = curves[:, -1]
+    lam_values = sorted({g["lam"] for g in points if g["lam"] is not None})
+    eta_values = sorted({g["eta"] for g in points})
+    edge = [
+        name
+        for name, value, values in (("λ", best["lam"], lam_values), ("η", best["eta"], eta_values))
+        if len(values) > 1 and value in (values[0], values[-1])
+    ]
+    row = ToyRow(
+        method=method.name + (f" ({best['steps']} steps)" if row_key != key else ""),
+        key=row_key,
+        lam=best["lam"],
+        eta=best["eta"],
+        lr=best["lr"],
+        steps=best["steps"],
+        mean=_finite_mean(final),
+        std=float(final.std()) if setup.runs > 1 else 0.0,
+        min=float(final.min()),
+        max=float(final.max()),
+        gap=_finite_mean(final) - problem.loss_star,
+        edge=", ".join(edge),
+    )
+    curve = {
+        "mean": curves.mean(dim=0).tolist(),
+        "std": (curves.std(dim=0) if setup.runs > 1 else torch.zeros(curves.shape[1])).tolist(),
+    }
+    return row, curve
 
 
 def _sgd_lr(eta: float, lam: float | None) -> float:
@@ -266,5 +313,10 @@ def _sgd_lr(eta: float, lam: float | None) -> float:
     return eta * lam if lam is not None else eta
 
 
-def _progress_iter(items: Sequence[Any], desc: str, enabled: bool) -> Any:
-    return progress_bar(items, desc=desc, total=len(items), leave=False) if enabled else iter(items)
+def _progress_bar(total: int, enabled: bool) -> Any:
+    return progress_bar(total, "toy", leave=False) if enabled else None
+
+
+def _advance(bar: Any) -> None:
+    if bar is not None:
+        bar.update(1)

@@ -9,7 +9,7 @@ draws one state per distribution (``S = 1``), ``z = TopK(θ + ε)``, and the dec
 
 the paper's "KL divergence between the marginals of the variables and the uniform distribution",
 as in the Gumbel-softmax VAE it builds on (exact for the categorical VAE). ``kl="exact"`` uses the
-exact ``KL(p(z; θ) ‖ uniform over k-subsets)`` instead (`imle_solvers.experiments.ksubset`; about
+exact ``KL(p(z; θ) ‖ uniform over k-subsets)`` instead (``ksubset.py``; about
 twice the time per step). Methods compared, all through the public
 API: I-MLE (`IMLE` with `PerturbedTarget(λ)`, λ ∈ {1, 10}) with Sum-of-Gamma noise at τ = 10 and with
 Gumbel(0, 1) noise; the straight-through estimator (`STE`); and, as the categorical reference, the
@@ -25,19 +25,21 @@ Entry points: [`run_vae`][imle_solvers.experiments.vae.run_vae] →
 `main` (the ``imle-solvers vae`` command). By role:
 
 * ``model.py``   — `SubsetVAE`, the networks, and the loss (`vae_loss`, `latent_kl`);
-* ``methods.py`` — `METHODS`, the latent samplers compared, and `GumbelSoftmax`;
-* ``run.py``     — `VAEConfig`, `run_vae` and `VAEResult`;
+* ``ksubset.py`` — the exact k-subset partition function, marginals and KL to the uniform distribution;
+* ``images.py``  — the data: scikit-learn's digits, or MNIST from disk;
+* ``methods.py`` — `METHODS`, the registry of latent samplers compared, and `GumbelSoftmax`;
+* ``run.py``     — `VAEConfig`, `run_vae` (what the command does), `VAERun` and `VAEResult`;
 * ``report.py``  — `result_table`, `plot_curves` and `plot_reconstructions`;
-* ``cli.py``     — the parser and ``main(argv)``.
+* ``cli.py``     — ``main(argv)``.
 """
 
 from __future__ import annotations
 
-from .cli import build_parser, config_from_args, main
+from .cli import build_parser, main
 from .methods import METHODS, PAPER_METHODS, GumbelSoftmax, VAEMethod
 from .model import N_LATENT, N_VARS, SubsetVAE, latent_kl, vae_loss
 from .report import plot_curves, plot_reconstructions, result_table
-from .run import VAEConfig, VAEResult, run_vae
+from .run import VAEConfig, VAEResult, VAERun, run_vae
 
 __all__ = [
     "METHODS",
@@ -49,8 +51,8 @@ __all__ = [
     "VAEConfig",
     "VAEMethod",
     "VAEResult",
+    "VAERun",
     "build_parser",
-    "config_from_args",
     "latent_kl",
     "main",
     "plot_curves",

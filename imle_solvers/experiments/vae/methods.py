@@ -1,4 +1,5 @@
-"""The ways of sampling the latent code that the VAE compares (`METHODS`), and the Gumbel-softmax one."""
+"""The ways of sampling the latent code that the VAE compares: `METHODS`, a registry of factories; and
+the Gumbel-softmax relaxation."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from torch import nn
 
 from ..._checks import positive
+from ...app.registry import Registry
 from ...estimators import STE
 from ...imle import IMLE
 from ...noise import Gumbel, NoiseDistribution, SumOfGamma
@@ -95,27 +97,95 @@ def _gumbel(k: int) -> NoiseDistribution:
     return Gumbel(1.0)
 
 
-#: The compared methods (``k`` is the subset size of the 10-subset VAE unless the method fixes it).
-#: `PAPER_METHODS` (the default) are the paper's; the λ = 100, 1000 variants are opt-in.
-METHODS: dict[str, VAEMethod] = {
-    "imle-sog-1": VAEMethod("I-MLE SoG(τ=10) λ=1", 10, _imle(_sog, 1.0)),
-    "imle-sog-10": VAEMethod("I-MLE SoG(τ=10) λ=10", 10, _imle(_sog, 10.0)),
-    "imle-gumbel-1": VAEMethod("I-MLE Gumbel(0,1) λ=1", 10, _imle(_gumbel, 1.0)),
-    "imle-gumbel-10": VAEMethod("I-MLE Gumbel(0,1) λ=10", 10, _imle(_gumbel, 10.0)),
-    # the library's default target: its step does not shrink with the batch-mean loss
-    "imle-sog-default": VAEMethod("I-MLE SoG(τ=10), default target", 10, _imle(_sog, None)),
-    "imle-gumbel-default": VAEMethod("I-MLE Gumbel(0,1), default target", 10, _imle(_gumbel, None)),
-    # beyond the paper's λ grid: with the batch-mean loss, λ ∈ {1, 10} leaves most rows without gradient
-    "imle-sog-100": VAEMethod("I-MLE SoG(τ=10) λ=100", 10, _imle(_sog, 100.0)),
-    "imle-sog-1000": VAEMethod("I-MLE SoG(τ=10) λ=1000", 10, _imle(_sog, 1000.0)),
-    "imle-gumbel-100": VAEMethod("I-MLE Gumbel(0,1) λ=100", 10, _imle(_gumbel, 100.0)),
-    "imle-gumbel-1000": VAEMethod("I-MLE Gumbel(0,1) λ=1000", 10, _imle(_gumbel, 1000.0)),
-    "ste-sog": VAEMethod("STE SoG(τ=10)", 10, _ste(_sog)),
-    "ste-gumbel": VAEMethod("STE Gumbel(0,1)", 10, _ste(_gumbel)),
-    "gsm-categorical": VAEMethod(
-        "Gumbel-softmax, 1-subset (t=0.5)", 1, lambda k, gen: GumbelSoftmax(0.5, generator=gen)
-    ),
-}
+def _gumbel_softmax(k: int, generator: torch.Generator | None) -> nn.Module:
+    return GumbelSoftmax(0.5, generator=generator)
 
+
+def imle_sog_1() -> VAEMethod:
+    """I-MLE, SumOfGamma noise at τ = 10, the paper's PID target with λ = 1."""
+    return VAEMethod("I-MLE SoG(τ=10) λ=1", 10, _imle(_sog, 1.0))
+
+
+def imle_sog_10() -> VAEMethod:
+    """I-MLE, SumOfGamma noise at τ = 10, the paper's PID target with λ = 10."""
+    return VAEMethod("I-MLE SoG(τ=10) λ=10", 10, _imle(_sog, 10.0))
+
+
+def imle_gumbel_1() -> VAEMethod:
+    """I-MLE, Gumbel(0, 1) noise, the paper's PID target with λ = 1."""
+    return VAEMethod("I-MLE Gumbel(0,1) λ=1", 10, _imle(_gumbel, 1.0))
+
+
+def imle_gumbel_10() -> VAEMethod:
+    """I-MLE, Gumbel(0, 1) noise, the paper's PID target with λ = 10."""
+    return VAEMethod("I-MLE Gumbel(0,1) λ=10", 10, _imle(_gumbel, 10.0))
+
+
+def imle_sog_default() -> VAEMethod:
+    """I-MLE, SumOfGamma noise at τ = 10, the library's default target (its step ignores the loss scale)."""
+    return VAEMethod("I-MLE SoG(τ=10), default target", 10, _imle(_sog, None))
+
+
+def imle_gumbel_default() -> VAEMethod:
+    """I-MLE, Gumbel(0, 1) noise, the library's default target (its step ignores the loss scale)."""
+    return VAEMethod("I-MLE Gumbel(0,1), default target", 10, _imle(_gumbel, None))
+
+
+def imle_sog_100() -> VAEMethod:
+    """I-MLE, SumOfGamma noise at τ = 10, PID target with λ = 100 (beyond the paper's grid)."""
+    return VAEMethod("I-MLE SoG(τ=10) λ=100", 10, _imle(_sog, 100.0))
+
+
+def imle_sog_1000() -> VAEMethod:
+    """I-MLE, SumOfGamma noise at τ = 10, PID target with λ = 1000 (beyond the paper's grid)."""
+    return VAEMethod("I-MLE SoG(τ=10) λ=1000", 10, _imle(_sog, 1000.0))
+
+
+def imle_gumbel_100() -> VAEMethod:
+    """I-MLE, Gumbel(0, 1) noise, PID target with λ = 100 (beyond the paper's grid)."""
+    return VAEMethod("I-MLE Gumbel(0,1) λ=100", 10, _imle(_gumbel, 100.0))
+
+
+def imle_gumbel_1000() -> VAEMethod:
+    """I-MLE, Gumbel(0, 1) noise, PID target with λ = 1000 (beyond the paper's grid)."""
+    return VAEMethod("I-MLE Gumbel(0,1) λ=1000", 10, _imle(_gumbel, 1000.0))
+
+
+def ste_sog() -> VAEMethod:
+    """Straight-through estimator, SumOfGamma noise at τ = 10."""
+    return VAEMethod("STE SoG(τ=10)", 10, _ste(_sog))
+
+
+def ste_gumbel() -> VAEMethod:
+    """Straight-through estimator, Gumbel(0, 1) noise."""
+    return VAEMethod("STE Gumbel(0,1)", 10, _ste(_gumbel))
+
+
+def gsm_categorical() -> VAEMethod:
+    """Gumbel-softmax at temperature 0.5 on a 1-subset (20-way categorical) code: the reference VAE."""
+    return VAEMethod("Gumbel-softmax, 1-subset (t=0.5)", 1, _gumbel_softmax)
+
+
+METHODS: Registry[Callable[[], VAEMethod]] = Registry(
+    "VAE method",
+    {
+        "imle-sog-1": imle_sog_1,
+        "imle-sog-10": imle_sog_10,
+        "imle-gumbel-1": imle_gumbel_1,
+        "imle-gumbel-10": imle_gumbel_10,
+        "imle-sog-default": imle_sog_default,
+        "imle-gumbel-default": imle_gumbel_default,
+        "imle-sog-100": imle_sog_100,
+        "imle-sog-1000": imle_sog_1000,
+        "imle-gumbel-100": imle_gumbel_100,
+        "imle-gumbel-1000": imle_gumbel_1000,
+        "ste-sog": ste_sog,
+        "ste-gumbel": ste_gumbel,
+        "gsm-categorical": gsm_categorical,
+    },
+)
+"""Method key → factory of its `VAEMethod`, in table order (``k`` is 10 unless the method fixes it)."""
 
 PAPER_METHODS: tuple[str, ...] = tuple(k for k in METHODS if not k.endswith(("-100", "-1000")))
+"""The default: the paper's λ ∈ {1, 10}, the default-target variants, STE and Gumbel-softmax; the
+λ = 100, 1000 variants are opt-in."""

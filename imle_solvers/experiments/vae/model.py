@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..ksubset import kl_to_uniform
+from .ksubset import kl_to_uniform
 
 __all__ = ["N_LATENT", "N_VARS", "SubsetVAE", "latent_kl", "vae_loss"]
 

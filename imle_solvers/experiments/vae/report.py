@@ -1,44 +1,30 @@
-"""Reading a VAE result: the table of test losses and the two figures (curves, reconstructions)."""
+"""Reading a VAE result: the figures of the test loss per epoch and of the reconstructions."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from ...errors import require
-from ...report import format_table
-from .run import VAEResult
+
+if TYPE_CHECKING:
+    from .run import VAEResult
 
 __all__ = ["plot_curves", "plot_reconstructions", "result_table"]
 
 
 def result_table(result: VAEResult) -> str:
-    """Markdown table: final and best test loss (mean ± std over seeds), train loss, seconds per run."""
-    rows = []
-    for key, curves in result.test_loss.items():
-        t = torch.tensor(curves)  # [seeds, epochs + 1]
-        final, best = t[:, -1], t[:, 1:].min(dim=1).values
-        train = torch.tensor(result.train_loss[key])[:, -1]
-        rows.append(
-            {
-                "method": result.config["names"][key],
-                "final test loss": _pm(final),
-                "best test loss": _pm(best),
-                "final train loss": _pm(train),
-                "s / run": f"{sum(result.seconds[key]) / len(result.seconds[key]):.1f}",
-            }
-        )
-    return format_table(rows)
+    """Markdown table: final and best test loss, final train loss (mean ± std over seeds), seconds per run."""
+    from .run import SUMMARY
 
-
-def _pm(values: torch.Tensor) -> str:
-    std = float(values.std()) if values.numel() > 1 else 0.0
-    return f"{float(values.mean()):.2f} ± {std:.2f}"
+    return SUMMARY.table(result.runs)
 
 
 def _best_imle(result: VAEResult) -> list[str]:
-    final = {k: sum(c[-1] for c in v) / len(v) for k, v in result.test_loss.items() if k.startswith("imle")}
+    curves = result.curves()
+    final = {k: sum(c[-1] for c in v) / len(v) for k, v in curves.items() if k.startswith("imle")}
     return [min(final, key=final.__getitem__)] if final else []
 
 
@@ -49,30 +35,30 @@ def plot_curves(result: VAEResult, path: str | Path) -> Path:
     from matplotlib.figure import Figure
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    curves, labels = result.curves(), result.labels()
     panels = [
-        ("(a) 10-subset VAE, I-MLE", [k for k in result.test_loss if k.startswith("imle")]),
-        ("(b) 10-subset VAE, STE", [k for k in result.test_loss if k.startswith("ste")]),
+        ("(a) 10-subset VAE, I-MLE", [k for k in curves if k.startswith("imle")]),
+        ("(b) 10-subset VAE, STE", [k for k in curves if k.startswith("ste")]),
         ("(c) best I-MLE vs 1-subset Gumbel-softmax", [*_best_imle(result), "gsm-categorical"]),
     ]
     fig = Figure(figsize=(13.0, 3.8), layout="constrained")
     axes = fig.subplots(1, 3, sharey=True)
     colours: dict[str, str] = {}
     for ax, (title, keys) in zip(axes, panels):
-        for key in [k for k in keys if k in result.test_loss]:
-            t = torch.tensor(result.test_loss[key])[:, 1:]  # skip the untrained point   [seeds, epochs]
+        for key in [k for k in keys if k in curves]:
+            t = torch.tensor(curves[key])[:, 1:]  # skip the untrained point   [seeds, epochs]
             mean, std = t.mean(dim=0), (t.std(dim=0) if t.shape[0] > 1 else torch.zeros(t.shape[1]))
             x = torch.arange(1, t.shape[1] + 1)
             colour = colours.setdefault(key, f"C{len(colours)}")
-            ax.plot(x, mean, label=result.config["names"][key], color=colour)
+            ax.plot(x, mean, label=labels[key], color=colour)
             ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=colour)
         ax.set(title=title, xlabel="epoch")
         if keys:
             ax.legend(fontsize=7)
     axes[0].set_ylabel("test loss (BCE + KL) per image")
-    all_final = [min(c[-1] for c in curves) for curves in result.test_loss.values()]
+    all_final = [min(c[-1] for c in seeds) for seeds in curves.values()]
     axes[0].set_ylim(min(all_final) - 2.0, max(all_final) + 15.0)
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=90, format="png")
     return path
 
 
@@ -82,7 +68,7 @@ def plot_reconstructions(result: VAEResult, path: str | Path) -> Path:
     from matplotlib.figure import Figure
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    labels = result.labels()
     keys = ["original", *[k for k in result.reconstructions if k != "original"]]
     n = len(result.reconstructions["original"])
     fig = Figure(figsize=(1.0 * n + 1.8, 0.95 * len(keys)), layout="constrained")
@@ -92,7 +78,7 @@ def plot_reconstructions(result: VAEResult, path: str | Path) -> Path:
             image = torch.tensor(result.reconstructions[key][j]).view(*result.shape)
             axes[i][j].imshow(image.numpy(), cmap="gray", vmin=0.0, vmax=1.0)
             axes[i][j].set_axis_off()
-        label = "test image" if key == "original" else result.config["names"][key]
+        label = "test image" if key == "original" else labels[key]
         axes[i][0].text(-0.5, 0.5, label, transform=axes[i][0].transAxes, ha="right", va="center", fontsize=7)
-    fig.savefig(path, dpi=80)
+    fig.savefig(path, dpi=80, format="png")
     return path

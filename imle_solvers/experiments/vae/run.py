@@ -3,67 +3,184 @@
 from __future__ import annotations
 
 import dataclasses
-import json
+import os
 import time
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import torch
 from torch.nn import functional as F
 
-from ..._checks import one_of, positive_int
-from ...report import progress
-from ..images import ImageData, load_images
+from ..._checks import non_negative_int, positive, positive_int
+from ...app.config import CommandConfig, option
+from ...app.report import progress
+from ...app.results import Metric, Summary
+from ...app.session import Session, device_name, resolve_device
+from ...errors import ConfigError
+from .images import ImageData, load_images
 from .methods import METHODS, PAPER_METHODS, VAEMethod
 from .model import N_LATENT, N_VARS, SubsetVAE, latent_kl, vae_loss
+from .report import plot_curves, plot_reconstructions
 
-__all__ = ["VAEConfig", "VAEResult", "run_vae"]
+__all__ = ["SUMMARY", "VAEConfig", "VAEResult", "VAERun", "header", "run_vae"]
+
+
+def _count(value: int) -> int:
+    return positive_int("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VAEConfig:
-    """Settings of [`run_vae`][imle_solvers.experiments.vae.run_vae] (defaults: the paper's, on digits).
+class VAEConfig(CommandConfig):
+    """Settings of [`run_vae`][imle_solvers.experiments.vae.run_vae] and ``imle-solvers vae`` (defaults:
+    the paper's, on digits).
 
     Attributes
     ----------
     methods
-        Keys of `METHODS` (default: `PAPER_METHODS`, the paper's λ ∈ {1, 10}).
+        Keys of [`METHODS`][imle_solvers.experiments.vae.METHODS] (default: `PAPER_METHODS`).
     seeds
         One run per seed (initialisation, batch order, noise).
-    epochs, batch_size, lr
-        Adam with learning rate ``lr``; the paper: 100 epochs (of MNIST), batch 100, 1e-3. The default
-        30 epochs of the digits keep the full comparison within minutes on a CPU.
+    epochs
+        Passes over the training images; the paper: 100 (of MNIST). The default 30 epochs of the digits
+        keep the full comparison within minutes on a CPU.
+    batch_size
+        Images per Adam step (the paper: 100).
+    lr
+        Adam's learning rate (the paper: 1e-3).
     data
         ``None`` for scikit-learn's digits, else a path for
-        [`load_mnist`][imle_solvers.experiments.images.load_mnist].
-    max_train, max_test
-        Optional caps on the number of images (for quick runs).
+        [`load_mnist`][imle_solvers.experiments.vae.images.load_mnist].
+    max_train
+        Use at most this many training images (``None``: all).
+    max_test
+        Use at most this many test images (``None``: all).
     kl
         ``"softmax"`` (the paper's KL term) or ``"exact"`` (see `latent_kl`).
     device
-        Torch device of the models, data and noise.
+        Torch device of the models, data and noise (``cpu``, ``cuda``, ``cuda:N``, ``auto``).
+    threads
+        torch CPU threads during the run.
+    out
+        Folder for ``results.json``, ``results.md``, ``vae_curves.png`` and ``vae_recon.png``.
+    show_progress
+        A progress bar per run.
     """
 
-    methods: tuple[str, ...] = PAPER_METHODS
-    seeds: tuple[int, ...] = (0, 1, 2)
-    epochs: int = 30
-    batch_size: int = 100
-    lr: float = 1e-3
-    data: str | None = None
-    max_train: int | None = None
-    max_test: int | None = None
-    kl: str = "softmax"
-    device: str = "cpu"
+    command: ClassVar[str] = "vae"
+    description: ClassVar[str] = (
+        "The I-MLE paper's discrete 10-subset VAE (20 latent 10-subsets of 20 variables), every method "
+        "and seed;\nthe test loss after every epoch."
+    )
 
-    def __post_init__(self) -> None:
-        one_of("kl", self.kl, ("softmax", "exact"))
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown or not self.methods:
-            raise ValueError(f"unknown methods {unknown}; choose among {sorted(METHODS)}")
-        for name in ("epochs", "batch_size"):
-            positive_int(name, getattr(self, name))
-        if not self.seeds:
-            raise ValueError("need at least one seed")
+    methods: tuple[str, ...] = option(
+        PAPER_METHODS,
+        "methods to compare (listed below)",
+        flags=("--methods", "--method"),
+        choices=lambda: tuple(METHODS),
+        metavar="NAME",
+    )
+    seeds: tuple[int, ...] = option(
+        (0, 1, 2),
+        "one run per seed",
+        flags=("--seeds", "--seed"),
+        check=lambda v: non_negative_int("", v),
+        metavar="SEED",
+    )
+    epochs: int = option(30, "epochs (the paper: 100 on MNIST)", check=_count)
+    batch_size: int = option(100, "images per step", check=_count)
+    lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
+    data: str | None = option(
+        None,
+        "MNIST on disk: a directory of IDX files, one IDX file or an .npz",
+        metavar="PATH",
+        default_text="scikit-learn's bundled 8×8 digits",
+    )
+    max_train: int | None = option(
+        None, "use at most this many training images", check=_count, default_text="all"
+    )
+    max_test: int | None = option(None, "use at most this many test images", check=_count, default_text="all")
+    kl: str = option(
+        "softmax", "KL term: the paper's softmax marginals or the exact one", choices=("softmax", "exact")
+    )
+    device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
+    threads: int = option(1, "torch CPU threads", check=_count)
+    out: str = option(
+        os.path.join("runs", "vae"),
+        "folder for results.json, results.md, vae_curves.png and vae_recon.png",
+        metavar="DIR",
+    )
+    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+
+    @classmethod
+    def help_epilog(cls) -> str:
+        width = max(len(name) for name in METHODS)
+        listing = "\n".join(f"  {n:<{width}}  {METHODS.help(n)}" for n in METHODS)
+        return f"methods (default: all but λ = 100, 1000):\n{listing}"
+
+    def preflight(self) -> None:
+        super().preflight()
+        if self.data is not None and not os.path.exists(self.data):
+            raise ConfigError(f"{self.data!r}: no such file or folder", "data")
+
+
+@dataclasses.dataclass(frozen=True)
+class VAERun:
+    """One finished (method, seed) run of the VAE.
+
+    Attributes
+    ----------
+    method
+        The method's key.
+    label
+        Its label in tables and plots.
+    seed
+        Seed of the initialisation, the batch order and the noise.
+    test_loss
+        Mean test loss per image before training and after every epoch (``epochs + 1`` numbers).
+    train_loss
+        Mean training loss per image, the same way.
+    seconds
+        Training wall time.
+    """
+
+    method: str
+    label: str
+    seed: int
+    test_loss: list[float]
+    train_loss: list[float]
+    seconds: float
+
+    @property
+    def key(self) -> str:
+        """The file name of the run: ``<method>-seed<seed>``."""
+        return f"{self.method}-seed{self.seed}"
+
+    @property
+    def final_test_loss(self) -> float:
+        """Test loss after the last epoch."""
+        return self.test_loss[-1]
+
+    @property
+    def best_test_loss(self) -> float:
+        """Lowest test loss after any epoch."""
+        return min(self.test_loss[1:]) if len(self.test_loss) > 1 else self.test_loss[0]
+
+    @property
+    def final_train_loss(self) -> float:
+        """Training loss of the last epoch."""
+        return self.train_loss[-1]
+
+
+SUMMARY = Summary(
+    by=("method", "label"),
+    metrics=(
+        Metric("final_test_loss", "final test loss", 2),
+        Metric("best_test_loss", "best test loss", 2),
+        Metric("final_train_loss", "final train loss", 2),
+        Metric("seconds", "s / run", 1, spread=False),
+    ),
+)
+"""Per method, over seeds: final and best test loss, final training loss (mean ± std), seconds per run."""
 
 
 @dataclasses.dataclass
@@ -74,10 +191,8 @@ class VAEResult:
     ----------
     config
         The settings, the data set name and sizes.
-    test_loss, train_loss
-        ``method → [seeds][epochs + 1]`` mean loss per image (entry 0: before training).
-    seconds
-        ``method → [seeds]`` training wall time of each run.
+    runs
+        One [`VAERun`][imle_solvers.experiments.vae.VAERun] per (method, seed), in that order.
     reconstructions
         ``method → [n, pixels]`` noise-free reconstructions (σ(logits) of ``MAP(θ)``) of the first test
         images by the first seed's model; ``"original"`` holds the images themselves.
@@ -86,15 +201,20 @@ class VAEResult:
     """
 
     config: dict[str, Any]
-    test_loss: dict[str, list[list[float]]]
-    train_loss: dict[str, list[list[float]]]
-    seconds: dict[str, list[float]]
+    runs: list[VAERun]
     reconstructions: dict[str, list[list[float]]]
     shape: tuple[int, int]
 
-    def save_json(self, path: str | Path) -> None:
-        """Write everything to ``path`` as JSON."""
-        Path(path).write_text(json.dumps(dataclasses.asdict(self), indent=1))
+    def curves(self, field: str = "test_loss") -> dict[str, list[list[float]]]:
+        """``method → [seeds][epochs + 1]`` of ``test_loss`` or ``train_loss``."""
+        out: dict[str, list[list[float]]] = {}
+        for run in self.runs:
+            out.setdefault(run.method, []).append(getattr(run, field))
+        return out
+
+    def labels(self) -> dict[str, str]:
+        """``method → label``."""
+        return {run.method: run.label for run in self.runs}
 
 
 def _evaluate(model: SubsetVAE, images: torch.Tensor, k: int, kl: str, batch_size: int, seed: int) -> float:
@@ -119,9 +239,9 @@ def _evaluate(model: SubsetVAE, images: torch.Tensor, k: int, kl: str, batch_siz
 
 
 def _train_one(
-    method: VAEMethod, data: ImageData, config: VAEConfig, seed: int, bar: bool
+    method: VAEMethod, data: ImageData, config: VAEConfig, seed: int
 ) -> tuple[list[float], list[float], float, SubsetVAE]:
-    device = torch.device(config.device)
+    device = resolve_device(config.device)
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     model = SubsetVAE(data.n_pixels, method.make(method.k, gen)).to(device)
@@ -132,6 +252,7 @@ def _train_one(
     test_curve = [_evaluate(model, test, method.k, config.kl, config.batch_size, eval_seed)]
     train_curve = [_evaluate(model, train, method.k, config.kl, config.batch_size, eval_seed)]
     start = time.perf_counter()
+    bar = config.show_progress
     epochs = progress(range(config.epochs), desc=f"{method.name} seed {seed}", leave=False) if bar else None
     for _ in epochs if epochs is not None else range(config.epochs):
         model.train()
@@ -151,41 +272,72 @@ def _train_one(
     return test_curve, train_curve, time.perf_counter() - start, model
 
 
-def run_vae(config: VAEConfig | None = None, *, progress_bar: bool = False) -> VAEResult:
+def run_vae(
+    config: VAEConfig | None = None, *, on_result: Callable[[VAERun], None] | None = None
+) -> VAEResult:
     """Train the discrete VAE with every method and seed of ``config``; test loss after each epoch.
+
+    Does what ``imle-solvers vae`` does: the machine is checked first (``device``, ``data``, ``out``:
+    [`ConfigError`][imle_solvers.errors.ConfigError] before any work), ``threads`` is applied and
+    restored, each run is written to ``out`` as it finishes, then ``results.json``, ``results.md`` and
+    the two figures; on Ctrl-C the finished runs are kept.
 
     Parameters
     ----------
     config
         The settings (default [`VAEConfig`][imle_solvers.experiments.vae.VAEConfig]`()`: the paper's).
-    progress_bar
-        Show a progress bar per run on stderr.
+    on_result
+        Called with each run as soon as it finishes.
     """
     config = VAEConfig() if config is None else config
-    data = load_images(config.data)
-    if config.max_train is not None or config.max_test is not None:
-        data = dataclasses.replace(
-            data, train=data.train[: config.max_train], test=data.test[: config.max_test]
+    with Session(config, SUMMARY, on_result=on_result) as session:
+        try:
+            data = load_images(config.data)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {config.data!r}: {exc}", "data") from None
+        if config.max_train is not None or config.max_test is not None:
+            data = dataclasses.replace(
+                data, train=data.train[: config.max_train], test=data.test[: config.max_test]
+            )
+        recon: dict[str, list[list[float]]] = {"original": data.test[:10].tolist()}
+        for key in config.methods:
+            method = METHODS[key]()
+            for seed in config.seeds:
+                test_curve, train_curve, secs, model = _train_one(method, data, config, seed)
+                if seed == config.seeds[0]:
+                    model.eval()  # noise-free MAP(θ) (or softmax(θ/t)) for the figure
+                    with torch.no_grad():
+                        logits, _ = model(data.test[:10].to(resolve_device(config.device)))
+                    recon[key] = torch.sigmoid(logits).cpu().tolist()
+                session.add(VAERun(key, method.name, seed, test_curve, train_curve, secs))
+        info = {
+            **config.as_dict(),
+            "data_name": data.name,
+            "n_train": int(data.train.shape[0]),
+            "n_test": int(data.test.shape[0]),
+            "latent": f"{N_LATENT} × {N_VARS}",
+        }
+        result = VAEResult(info, list(session.records), recon, data.shape)
+        session.finish(
+            markdown=header(result),
+            extra={
+                "data": {k: info[k] for k in ("data_name", "n_train", "n_test", "latent")},
+                "reconstructions": recon,
+                "shape": list(data.shape),
+            },
+            plots=[
+                ("vae_curves.png", lambda path: plot_curves(result, path)),
+                ("vae_recon.png", lambda path: plot_reconstructions(result, path)),
+            ],
         )
-    test_loss: dict[str, list[list[float]]] = {}
-    train_loss: dict[str, list[list[float]]] = {}
-    seconds: dict[str, list[float]] = {}
-    recon: dict[str, list[list[float]]] = {"original": data.test[:10].tolist()}
-    for key in config.methods:
-        method = METHODS[key]
-        for seed in config.seeds:
-            test_curve, train_curve, secs, model = _train_one(method, data, config, seed, progress_bar)
-            test_loss.setdefault(key, []).append(test_curve)
-            train_loss.setdefault(key, []).append(train_curve)
-            seconds.setdefault(key, []).append(secs)
-            if seed == config.seeds[0]:
-                model.eval()  # noise-free MAP(θ) (or softmax(θ/t)) for the figure
-                with torch.no_grad():
-                    logits, _ = model(data.test[:10].to(config.device))
-                recon[key] = torch.sigmoid(logits).cpu().tolist()
-    info = {
-        **{f.name: getattr(config, f.name) for f in dataclasses.fields(config)},
-        "data_name": data.name, "n_train": int(data.train.shape[0]), "n_test": int(data.test.shape[0]),
-        "latent": f"{N_LATENT} × {N_VARS}", "names": {key: METHODS[key].name for key in config.methods},
-    }  # fmt: skip
-    return VAEResult(info, test_loss, train_loss, seconds, recon, data.shape)
+    return result
+
+
+def header(result: VAEResult) -> str:
+    """One line saying what ran."""
+    cfg = result.config
+    return (
+        f"Discrete VAE on {cfg['data_name']} ({cfg['n_train']} train / {cfg['n_test']} test images), "
+        f"latent {cfg['latent']}, {cfg['epochs']} epochs, batch {cfg['batch_size']}, Adam {cfg['lr']:g}, "
+        f"seeds {list(cfg['seeds'])}, device {cfg['device']}"
+    )

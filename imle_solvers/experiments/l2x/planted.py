@@ -17,7 +17,7 @@ construction. Every review is a sequence of token ids of three kinds:
 
 The number of aspect tokens varies between reviews (``planted`` range), so an oracle selecting the
 planted positions first reaches precision ``mean_i min(p_i, k) / k``:
-[`PlantedCorpus.oracle_precision`][imle_solvers.experiments.planted.PlantedCorpus.oracle_precision].
+[`PlantedCorpus.oracle_precision`][imle_solvers.experiments.l2x.planted.PlantedCorpus.oracle_precision].
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import dataclasses
 
 import torch
 
-from .._checks import in_range, positive_int
+from ..._checks import in_range, positive_int
 
 __all__ = ["CorpusSpec", "PlantedCorpus", "make_corpus", "subset_precision"]
 
@@ -124,7 +124,7 @@ def make_corpus(n: int, spec: CorpusSpec | None = None, seed: int = 0) -> Plante
     n
         Number of reviews.
     spec
-        The corpus' shape (default [`CorpusSpec`][imle_solvers.experiments.planted.CorpusSpec]`()`).
+        The corpus' shape (default [`CorpusSpec`][imle_solvers.experiments.l2x.planted.CorpusSpec]`()`).
     seed
         Seed of the generator.
     """

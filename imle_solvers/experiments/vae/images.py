@@ -3,7 +3,7 @@
 The paper's VAE (sec. 6, "Discrete Variational Auto-Encoder") trains on MNIST, a download. The
 default stand-in is scikit-learn's `load_digits` (1,797 grey-level 8×8 digits, shipped inside the
 package, no network). A user with MNIST on disk points
-[`load_images`][imle_solvers.experiments.images.load_images] at it: the standard IDX files
+[`load_images`][imle_solvers.experiments.vae.images.load_images] at it: the standard IDX files
 (``train-images-idx3-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]`` in one directory),
 a single IDX image file, or a Keras-style ``mnist.npz``
 (``x_train``/``x_test``).
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._checks import in_range
-from ..errors import require
+from ..._checks import in_range
+from ...errors import require
 
 __all__ = ["ImageData", "load_digits", "load_idx", "load_images", "load_mnist"]
 
@@ -157,8 +157,8 @@ def load_mnist(path: str | Path, test_fraction: float = 0.2, seed: int = 0) -> I
 
 
 def load_images(path: str | Path | None = None, test_fraction: float = 0.2, seed: int = 0) -> ImageData:
-    """[`load_mnist`][imle_solvers.experiments.images.load_mnist] when ``path`` is given, else
-    [`load_digits`][imle_solvers.experiments.images.load_digits]."""
+    """[`load_mnist`][imle_solvers.experiments.vae.images.load_mnist] when ``path`` is given, else
+    [`load_digits`][imle_solvers.experiments.vae.images.load_digits]."""
     if path is None:
         return load_digits(test_fraction, seed)
     return load_mnist(path, test_fraction, seed)

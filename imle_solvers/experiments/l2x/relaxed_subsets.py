@@ -1,9 +1,9 @@
 """Relaxed k-subset samplers, the baselines of the learning-to-explain experiment (paper, sec. 6).
 
-* [`L2XRelaxedTopK`][imle_solvers.experiments.relaxed_subsets.L2XRelaxedTopK]: L2X's relaxation
+* [`L2XRelaxedTopK`][imle_solvers.experiments.l2x.relaxed_subsets.L2XRelaxedTopK]: L2X's relaxation
   (Chen et al., "Learning to Explain", ICML 2018, sec. 3.2): ``k`` independent Gumbel-softmax samples
   over the positions at temperature ``t``, combined by an element-wise maximum.
-* [`SoftSub`][imle_solvers.experiments.relaxed_subsets.SoftSub]: the relaxed top-k of Xie and Ermon
+* [`SoftSub`][imle_solvers.experiments.l2x.relaxed_subsets.SoftSub]: the relaxed top-k of Xie and Ermon
   ("Reparameterizable Subset Sampling via Continuous Relaxations", IJCAI 2019, Algorithm 2): Gumbel
   keys ``r = θ + g`` and ``k`` rounds of a softmax, each round suppressing what the previous ones
   selected, ``α ← α + log(1 − a)``; the mask is the sum of the ``k`` softmaxes.
@@ -17,9 +17,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._checks import positive, positive_int
-from ..noise import Gumbel
-from ..topk import TopK
+from ..._checks import positive, positive_int
+from ...noise import Gumbel
+from ...topk import TopK
 
 __all__ = ["L2XRelaxedTopK", "SoftSub"]
 

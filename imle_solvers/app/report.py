@@ -1,13 +1,12 @@
-"""Reporting shared by the command line, benchmarks and examples: progress bars, tables, result files."""
+"""What the commands print: progress bars on stderr and Markdown tables (readable in a terminal too)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["format_table", "progress", "write_outputs"]
+__all__ = ["format_table", "progress", "progress_bar"]
 
 T = TypeVar("T")
 
@@ -26,6 +25,15 @@ def progress(iterable: Iterable[T], desc: str = "", total: int | None = None, **
     **kwargs
         Passed to `tqdm.tqdm` (e.g. ``leave=False``).
     """
+    return iter(_tqdm(iterable, desc=desc, total=total, **kwargs))
+
+
+def progress_bar(total: int, desc: str = "", **kwargs: Any) -> Any:
+    """A tqdm bar to advance by hand (``bar.update(1)``, ``bar.close()``), as `progress` shows it."""
+    return _tqdm(None, desc=desc, total=total, **kwargs)
+
+
+def _tqdm(iterable: Any, **kwargs: Any) -> Any:
     import os
 
     from tqdm.auto import tqdm
@@ -34,7 +42,7 @@ def progress(iterable: Iterable[T], desc: str = "", total: int | None = None, **
         kwargs.setdefault("disable", True)
     kwargs.setdefault("dynamic_ncols", True)
     kwargs.setdefault("file", sys.stderr)
-    return iter(tqdm(iterable, desc=desc, total=total, **kwargs))
+    return tqdm(iterable, **kwargs)
 
 
 def _cell(value: Any, precision: int) -> str:
@@ -68,48 +76,3 @@ def format_table(
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(v.ljust(w) for v, w in zip(r, widths)) + " |" for r in cells]
     return "\n".join([line, sep, *body])
-
-
-def write_outputs(
-    out: Path,
-    stem: str,
-    save_json: Callable[[Path], object],
-    markdown: str,
-    command: str,
-    plots: Callable[[], Sequence[Path]] | None = None,
-) -> list[Path]:
-    """Write an experiment's files to ``out``: ``{stem}.json``, ``{stem}.md`` and its plots.
-
-    Parameters
-    ----------
-    out
-        Output folder (created).
-    stem
-        File name without suffix.
-    save_json
-        Writes the JSON file to the path it is given (the result's ``save_json``).
-    markdown
-        The Markdown text (header and table); the command is quoted after it.
-    command
-        The command line that produced the result.
-    plots
-        Draws the figures into ``out`` and returns their paths; without matplotlib
-        ([`MissingExtraError`][imle_solvers.errors.MissingExtraError]) a note goes to stderr instead.
-
-    Returns
-    -------
-    list[Path]
-        The paths written.
-    """
-    from .errors import MissingExtraError
-
-    out.mkdir(parents=True, exist_ok=True)
-    save_json(out / f"{stem}.json")
-    (out / f"{stem}.md").write_text(f"{markdown}\n\nCommand: `{command.strip()}`\n")
-    written = [out / f"{stem}.json", out / f"{stem}.md"]
-    if plots is not None:
-        try:
-            written += list(plots())
-        except MissingExtraError as exc:
-            print(f"no plot: {exc}", file=sys.stderr)
-    return written

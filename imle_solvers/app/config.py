@@ -1,0 +1,372 @@
+"""Command configurations: one frozen, keyword-only dataclass per command, and its parser generated from it.
+
+A field declares everything about a setting once, with [`option`][imle_solvers.app.config.option]: its type
+(the annotation), default, choices, constraint and help. From these the command's `argparse` parser is
+built ([`CommandConfig.parser`][imle_solvers.app.config.CommandConfig.parser]), whose help shows every
+default, and the same declarations check the configuration built from Python
+(``TrainConfig(epochs=0)`` raises [`ConfigError`][imle_solvers.errors.ConfigError]), as
+``torch.distributions`` checks its ``arg_constraints``. A constraint is a function of one value that returns
+it (converted) or raises ``ValueError("must be …, got …")``; a parser reports it as
+``argument --epochs: must be …`` with exit status 2, the Python API as ``epochs must be …``.
+
+Annotations understood: ``int``, ``float``, ``str``, ``bool``, ``tuple[X, ...]`` of those (``nargs="+"``;
+without repeats, and non-empty unless the field may be ``None``, where ``()`` says "none" explicitly) and
+``X | None``. A ``bool`` field is a flag: ``--name`` when its default is
+``False``, or the ``flags`` given (``--quiet``, ``--no-cache``) that turn it off when its default is ``True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from ..errors import ConfigError
+
+__all__ = ["CommandConfig", "Option", "option"]
+
+Check = Callable[[Any], Any]
+Text = str | Callable[[], str]
+C = TypeVar("C", bound="CommandConfig")
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    """How one configuration field appears on the command line (see `option`)."""
+
+    help: Text
+    flags: tuple[str, ...] = ()
+    check: Check | None = None
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None
+    metavar: str | None = None
+    positional: bool = False
+    default_text: Text | None = None
+
+
+def option(
+    default: Any,
+    help: Text,
+    *,
+    flags: Sequence[str] = (),
+    check: Check | None = None,
+    choices: Sequence[str] | Callable[[], Sequence[str]] | None = None,
+    metavar: str | None = None,
+    positional: bool = False,
+    default_text: Text | None = None,
+) -> Any:
+    """A configuration field that is also a command-line option.
+
+    Parameters
+    ----------
+    default
+        The default value (a tuple for sequences); ``dataclasses.MISSING`` for a required setting.
+    help
+        One line for ``--help`` (or a function that builds it, e.g. from a registry); the default is
+        appended to it.
+    flags
+        The option strings, first the canonical one; default ``--field-name``. Further strings are
+        aliases (old spellings keep working).
+    check
+        Constraint of one value (of each value of a sequence).
+    choices
+        Allowed values (or a function giving them, read when the parser is built).
+    metavar
+        Name of the value in the usage line.
+    positional
+        A positional argument instead of an option.
+    default_text
+        How the help states a default that is not a plain value (``None`` meaning "the problem's").
+    """
+    spec = Option(help, tuple(flags), check, choices, metavar, positional, default_text)
+    if default is dataclasses.MISSING:  # a required setting (a positional argument)
+        return dataclasses.field(metadata={"option": spec})
+    return dataclasses.field(default=default, metadata={"option": spec})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """A field and its resolved type: ``base`` (int, float, str, bool), a sequence or not, ``None`` or not."""
+
+    name: str
+    option: Option
+    base: type
+    many: bool
+    optional: bool
+    default: Any
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return self.option.flags or ("--" + self.name.replace("_", "-"),)
+
+    @property
+    def label(self) -> str:
+        """How the command line names it: ``--epochs`` or the positional's name."""
+        return self.name if self.option.positional else "/".join(self.flags)
+
+    def choices(self) -> tuple[str, ...] | None:
+        found = self.option.choices
+        return None if found is None else tuple(found() if callable(found) else found)
+
+    def help(self) -> str:
+        text = self.option.help() if callable(self.option.help) else self.option.help
+        if self.base is bool or self.default is dataclasses.MISSING:
+            return text  # a flag's default is its absence; a required setting has none
+        shown = self.option.default_text
+        shown = shown() if callable(shown) else shown
+        return f"{text} (default: {render(self.default) if shown is None else shown})"
+
+    def convert(self, value: Any) -> Any:
+        """Check one value of the Python API (a whole sequence for ``many``); raise ``ValueError``."""
+        if value is None:
+            if self.optional:
+                return None
+            raise ValueError("must be given, got None")
+        if not self.many:
+            return self._one(value)
+        if isinstance(value, (str, bytes)) or not isinstance(value, Sequence | Iterator):
+            raise ValueError(f"must be a sequence of values, got {value!r}")
+        values = tuple(value)
+        items = tuple(self._one(v) for v in values)
+        if (not items and not self.optional) or len(set(items)) != len(items):
+            raise ValueError(f"must be non-empty and without repeats, got {list(values)!r}")
+        return items
+
+    def _one(self, value: Any) -> Any:
+        if self.base is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"must be True or False, got {value!r}")
+        elif self.base is int:
+            value = integer(value)
+        elif self.base is float:
+            value = number(value)
+        elif self.base is str:
+            if not isinstance(value, str):
+                raise ValueError(f"must be a string, got {value!r}")
+        allowed = self.choices()
+        if allowed is not None and value not in allowed:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in allowed)}, got {value!r}")
+        return value if self.option.check is None else self.option.check(value)
+
+    def parse(self, text: str) -> Any:
+        """The argparse ``type=``: one value from its text."""
+        try:
+            if self.base is int:
+                value: Any = _number_text(text)
+            elif self.base is float:
+                value = float(text)
+            else:
+                value = text
+            return self._one(value)
+        except ValueError as exc:
+            reason = str(exc)
+            if reason.startswith(("could not convert", "invalid literal")):
+                reason = f"not a number: {text!r}"
+            raise argparse.ArgumentTypeError(reason) from None
+
+
+def _number_text(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)  # "2.0" is the integer 2; "1.5" and "inf" fail the integer check
+
+
+def integer(value: Any) -> int:
+    """``value`` as an int if it is an integer (``3.0`` is; ``2.5``, ``inf``, ``True``, ``"3"`` are not)."""
+    try:
+        exact = not isinstance(value, (bool, str)) and int(value) == value
+    except (TypeError, ValueError, OverflowError):  # nan, inf, objects
+        exact = False
+    if not exact:
+        raise ValueError(f"must be an integer, got {value!r}")
+    return int(value)
+
+
+def number(value: Any) -> float:
+    """``value`` as a float if it is a real number (``nan`` and ``inf`` pass: constraints judge them)."""
+    if isinstance(value, (bool, str)):
+        raise ValueError(f"must be a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number, got {value!r}") from None
+
+
+def render(value: Any) -> str:
+    """A default as the command line spells it: ``0 1 2`` for a tuple, ``none`` for ``None``."""
+    if value is None:
+        return "none"
+    if isinstance(value, tuple):
+        return " ".join(render(v) for v in value) if value else "none"
+    if isinstance(value, float):
+        return f"{value:g}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _resolve(cls: type, hint: Any) -> tuple[type, bool, bool]:
+    """``(base, many, optional)`` of an annotation."""
+    optional = False
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        rest = [a for a in args if a is not type(None)]
+        optional = len(rest) < len(args)
+        if len(rest) != 1:
+            raise TypeError(f"{cls.__name__}: unsupported option type {hint!r}")
+        hint = rest[0]
+        args = typing.get_args(hint)
+    many = typing.get_origin(hint) is tuple
+    if many:
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"{cls.__name__}: sequences must be tuple[X, ...], got {hint!r}")
+        hint = args[0]
+    if hint not in (int, float, str, bool):
+        raise TypeError(f"{cls.__name__}: unsupported option type {hint!r}")
+    return hint, many, optional
+
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+
+
+def fields(cls: type) -> tuple[_Field, ...]:
+    """The option fields of a configuration class, in declaration order (computed once per class)."""
+    if cls not in _FIELDS:
+        hints = typing.get_type_hints(cls)
+        found = []
+        for f in dataclasses.fields(cls):
+            spec = f.metadata.get("option")
+            if spec is None:
+                continue
+            base, many, optional = _resolve(cls, hints[f.name])
+            if base is bool and f.default is True and not spec.flags:
+                raise TypeError(f"{cls.__name__}.{f.name}: a flag that defaults to True needs flags=")
+            found.append(_Field(f.name, spec, base, many, optional, f.default))
+        _FIELDS[cls] = tuple(found)
+    return _FIELDS[cls]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CommandConfig:
+    """Base of the configuration of every ``imle-solvers`` command.
+
+    Subclasses are ``@dataclasses.dataclass(frozen=True, kw_only=True)`` and declare their fields with
+    [`option`][imle_solvers.app.config.option]; they may override `validate` (checks that combine fields,
+    and normalisation) and `preflight` (checks of the machine: a device, a path). Fields without
+    `option` are settings of the Python API only.
+    """
+
+    command: ClassVar[str] = ""
+    """The command's name (``imle-solvers {command}``)."""
+    description: ClassVar[str] = ""
+    """The text of ``--help`` above the options."""
+    epilog: ClassVar[str] = ""
+    """The text of ``--help`` below the options (examples)."""
+
+    def __post_init__(self) -> None:
+        for spec in fields(type(self)):
+            try:
+                value = spec.convert(getattr(self, spec.name))
+            except ValueError as exc:
+                raise ConfigError(str(exc), spec.name) from None
+            object.__setattr__(self, spec.name, value)
+        self.validate()
+
+    def validate(self) -> None:
+        """Check what combines fields; raise [`ConfigError`][imle_solvers.errors.ConfigError]."""
+
+    def preflight(self) -> None:
+        """Check what depends on this machine (a device, a folder), before any work starts.
+
+        The base checks ``device`` and ``out`` where the configuration has them; raises
+        [`ConfigError`][imle_solvers.errors.ConfigError].
+        """
+        from .session import check_device, check_output_dir
+
+        device = getattr(self, "device", None)
+        if isinstance(device, str):
+            check_device(device)
+        out = getattr(self, "out", None)
+        if out is not None:
+            check_output_dir(out)
+
+    @classmethod
+    def help_epilog(cls) -> str:
+        """The text of ``--help`` below the options: `epilog` (a subclass may add what it generates)."""
+        return cls.epilog
+
+    def replace(self: C, **changes: Any) -> C:
+        """A copy with some fields changed (checked again)."""
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field as a JSON-ready value (tuples as lists)."""
+        return {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def parser(cls) -> argparse.ArgumentParser:
+        """The command's parser, generated from the fields."""
+        parser = argparse.ArgumentParser(
+            prog=f"imle-solvers {cls.command}",
+            description=cls.description,
+            epilog=cls.help_epilog() or None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        for spec in fields(cls):
+            kwargs: dict[str, Any] = {"help": spec.help()}
+            if spec.default is not dataclasses.MISSING:
+                kwargs["default"] = spec.default
+            elif not spec.option.positional:
+                kwargs["required"] = True
+            if spec.base is bool:
+                action = "store_false" if spec.default else "store_true"
+                parser.add_argument(*spec.flags, dest=spec.name, action=action, help=kwargs["help"])
+                continue
+            kwargs["type"] = spec.parse
+            choices = spec.choices()
+            if choices is not None:
+                kwargs["choices"] = list(choices)
+                kwargs["metavar"] = spec.option.metavar or (
+                    spec.name.upper() if spec.option.positional else None
+                )
+            elif spec.option.metavar:
+                kwargs["metavar"] = spec.option.metavar
+            if spec.many:
+                kwargs["nargs"] = "+"
+            if spec.option.positional:
+                parser.add_argument(spec.name, **kwargs)
+            else:
+                parser.add_argument(*spec.flags, dest=spec.name, **kwargs)
+        return parser
+
+    @classmethod
+    def from_argv(cls: type[C], argv: Sequence[str]) -> C:
+        """Parse and check ``argv``: the configuration, with the machine checked too (`preflight`).
+
+        Any error prints the usage and one line, and exits with status 2 (``SystemExit``), before any work.
+        """
+        parser = cls.parser()
+        args = vars(parser.parse_args(list(argv)))
+        try:
+            config = cls(**{spec.name: args[spec.name] for spec in fields(cls)})
+            config.preflight()
+        except ConfigError as exc:
+            parser.error(cls.explain(exc))
+        return config
+
+    @classmethod
+    def explain(cls, error: ConfigError) -> str:
+        """A [`ConfigError`][imle_solvers.errors.ConfigError] as the command line says it
+        (``argument --epochs: must be …``)."""
+        spec = next((s for s in fields(cls) if s.name == error.field), None)
+        return str(error) if spec is None else f"argument {spec.label}: {error.reason}"
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value

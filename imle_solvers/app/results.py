@@ -1,0 +1,237 @@
+"""Typed results: a record per run, a summary of numbers, and one writer of JSON, Markdown and plots.
+
+Every command reports one record per finished run (a dataclass: ``TrainRun``, ``VAERun``, ``L2XRun``,
+``ToyRow``), whose ``key`` names its file. A [`Summary`][imle_solvers.app.results.Summary] groups the
+records (by method, say) and gives each metric as two numbers, ``{metric}_mean`` and ``{metric}_std``
+(the sample standard deviation over the group, 0 for one run); the Markdown table shows them as
+``mean ± std``. [`ResultWriter`][imle_solvers.app.results.ResultWriter] writes an output folder::
+
+    runs/<key>.json   one finished run each, written as soon as it finishes
+    results.json      the command, the resolved configuration, "complete" (false when interrupted),
+                      the summary and every run (and what else the command keeps)
+    results.md        the summary table and the command that reproduces it
+    *.png             the command's figures (when matplotlib is installed)
+
+Every file is written to a uniquely named temporary file in the same folder and renamed into place
+(``os.replace``), so an interruption leaves the previous file or the new one, never a truncated one, and
+two runs finishing into one folder at once cannot mix their files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+from .report import format_table
+
+__all__ = [
+    "Metric",
+    "Record",
+    "ResultWriter",
+    "Summary",
+    "atomic_path",
+    "atomic_write_json",
+    "atomic_write_text",
+    "to_json",
+]
+
+
+class Record(Protocol):
+    """A finished run: a dataclass whose ``key`` names its file (``runs/<key>.json``)."""
+
+    @property
+    def key(self) -> str: ...
+
+
+def to_json(value: Any) -> Any:
+    """A record, a configuration or a value as plain JSON data (dataclasses as dicts, tuples as lists)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None if math.isnan(value) else (math.inf if value > 0 else -math.inf)
+    return value
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
+    """A unique temporary path beside ``path`` to write to; renamed over ``path`` when the block ends.
+
+    On any exception (``KeyboardInterrupt`` included) the temporary file is removed and ``path`` is left
+    as it was.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see `atomic_path`), flushed to the disk before the rename."""
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def atomic_write_json(path: str | os.PathLike[str], payload: Any) -> None:
+    """Write ``payload`` as JSON to ``path`` atomically (see `atomic_path`)."""
+    atomic_write_text(path, json.dumps(to_json(payload), indent=1) + "\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """A number of a record that a summary reports.
+
+    Attributes
+    ----------
+    key
+        The record's attribute (or property).
+    label
+        The column of the Markdown table.
+    digits
+        Digits after the decimal point in the table.
+    spread
+        Report the standard deviation over the group too (``mean ± std``); else only the mean.
+    """
+
+    key: str
+    label: str
+    digits: int = 4
+    spread: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """One row per group of records (e.g. per method), each metric as its mean and standard deviation.
+
+    Attributes
+    ----------
+    by
+        The record attributes that define a group; groups keep the order of their first record.
+    metrics
+        What is reported per group.
+    count
+        Name of the column that counts the records of a group.
+    """
+
+    by: tuple[str, ...]
+    metrics: tuple[Metric, ...]
+    count: str = "seeds"
+
+    def rows(self, records: Sequence[Any]) -> list[dict[str, Any]]:
+        """``{by..., count, metric_mean, metric_std...}`` per group: numbers, not text."""
+        groups: dict[tuple[Any, ...], list[Any]] = {}
+        for record in records:
+            groups.setdefault(tuple(getattr(record, k) for k in self.by), []).append(record)
+        rows = []
+        for key, members in groups.items():
+            row: dict[str, Any] = dict(zip(self.by, key))
+            row[self.count] = len(members)
+            for metric in self.metrics:
+                mean, std = mean_std([float(getattr(r, metric.key)) for r in members])
+                row[f"{metric.key}_mean"] = mean
+                if metric.spread:
+                    row[f"{metric.key}_std"] = std
+            rows.append(row)
+        return rows
+
+    def table(self, records: Sequence[Any]) -> str:
+        """The rows as a Markdown table, ``mean ± std`` per metric."""
+        cells = []
+        for row in self.rows(records):
+            cell: dict[str, Any] = {k: row[k] for k in (*self.by, self.count)}
+            for m in self.metrics:
+                mean = f"{row[f'{m.key}_mean']:.{m.digits}f}"
+                cell[m.label] = f"{mean} ± {row[f'{m.key}_std']:.{m.digits}f}" if m.spread else mean
+            cells.append(cell)
+        return format_table(cells)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value; ``inf`` mean if any value is not finite)."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    if not all(math.isfinite(v) for v in values):
+        return math.inf, 0.0
+    mean = math.fsum(values) / n
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var)
+
+
+Plot = tuple[str, Callable[[Path], object]]
+"""A figure: its file name and a function drawing it into the path it is given."""
+
+
+class ResultWriter:
+    """Writes one command's output folder (layout: this module's docstring), run by run.
+
+    Parameters
+    ----------
+    folder
+        The output folder, checked (and created) before any work (`check_output_dir`).
+    command
+        The command line that reproduces the results (quoted in ``results.md``).
+    config
+        The resolved configuration, recorded in every file.
+    """
+
+    def __init__(self, folder: Path, command: str, config: dict[str, Any]) -> None:
+        self.folder, self.command, self.config = Path(folder), command, to_json(config)
+
+    def add(self, record: Record) -> Path:
+        """Write ``runs/<key>.json`` of a finished run; returns its path."""
+        path = self.folder / "runs" / f"{record.key}.json"
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_json(path, {"command": self.command, "config": self.config, "run": record})
+        return path
+
+    def finish(
+        self,
+        *,
+        complete: bool,
+        runs: Sequence[Any],
+        summary: list[dict[str, Any]],
+        markdown: str,
+        extra: dict[str, Any] | None = None,
+        plots: Sequence[Plot] = (),
+    ) -> list[Path]:
+        """Write ``results.json``, ``results.md`` and the plots; returns the paths written.
+
+        A plot that needs matplotlib where it is not installed is left out with a note on stderr.
+        """
+        from ..errors import MissingExtraError
+
+        payload = {"command": self.command, "config": self.config, "complete": complete}
+        payload.update(summary=summary, runs=list(runs), **(extra or {}))
+        written = [self.folder / "results.json", self.folder / "results.md"]
+        atomic_write_json(written[0], payload)
+        note = "" if complete else "\n\nInterrupted: only the runs above had finished."
+        atomic_write_text(written[1], f"{markdown}{note}\n\nCommand: `{self.command}`\n")
+        for name, draw in plots:
+            target = self.folder / name
+            try:
+                with atomic_path(target, suffix=target.suffix) as tmp:
+                    draw(tmp)
+            except MissingExtraError as exc:
+                print(f"no plot: {exc}", file=sys.stderr)
+                continue
+            written.append(target)
+        return written
