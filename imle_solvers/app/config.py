@@ -111,13 +111,25 @@ class _Field:
         found = self.option.choices
         return None if found is None else tuple(found() if callable(found) else found)
 
-    def help(self) -> str:
-        text = self.option.help() if callable(self.option.help) else self.option.help
-        if self.base is bool or self.default is dataclasses.MISSING:
-            return text  # a flag's default is its absence; a required setting has none
+    def describe(self) -> str:
+        """The help text without the default."""
+        return self.option.help() if callable(self.option.help) else self.option.help
+
+    def default_text(self) -> str:
+        """The default as the help and the documentation state it (``off`` for a flag, ``""`` if required)."""
+        if self.base is bool:
+            return "off"
+        if self.default is dataclasses.MISSING:
+            return ""
         shown = self.option.default_text
         shown = shown() if callable(shown) else shown
-        return f"{text} (default: {render(self.default) if shown is None else shown})"
+        return render(self.default) if shown is None else shown
+
+    def help(self) -> str:
+        text = self.describe()
+        if self.base is bool or self.default is dataclasses.MISSING:
+            return text  # a flag's default is its absence; a required setting has none
+        return f"{text} (default: {self.default_text()})"
 
     def convert(self, value: Any) -> Any:
         """Check one value of the Python API (a whole sequence for ``many``); raise ``ValueError``."""

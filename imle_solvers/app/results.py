@@ -4,13 +4,15 @@ Every command reports one record per finished run (a dataclass: ``TrainRun``, ``
 ``ToyRow``), whose ``key`` names its file. A [`Summary`][imle_solvers.app.results.Summary] groups the
 records (by method, say) and gives each metric as two numbers, ``{metric}_mean`` and ``{metric}_std``
 (the sample standard deviation over the group, 0 for one run); the Markdown table shows them as
-``mean ± std``. [`ResultWriter`][imle_solvers.app.results.ResultWriter] writes an output folder::
+``mean ± std``. [`ResultWriter`][imle_solvers.app.results.ResultWriter] writes an output folder:
 
-    runs/<key>.json   one finished run each, written as soon as it finishes
-    results.json      the command, the resolved configuration, "complete" (false when interrupted),
-                      the summary and every run (and what else the command keeps)
-    results.md        the summary table and the command that reproduces it
-    *.png             the command's figures (when matplotlib is installed)
+```text
+runs/<key>.json   one finished run each, written as soon as it finishes
+results.json      the command, the resolved configuration, "complete" (false when interrupted),
+                  the summary and every run (and what else the command keeps)
+results.md        the summary table and the command that reproduces it
+*.png             the command's figures (when matplotlib is installed)
+```
 
 Every file is written to a uniquely named temporary file in the same folder and renamed into place
 (``os.replace``), so an interruption leaves the previous file or the new one, never a truncated one, and

@@ -1,11 +1,11 @@
 """Predict-then-optimize data sets (features, true costs, optimal solutions and objectives).
 
-* [`shortest_path`][imle_solvers.data.shortest_path] — the grid shortest path of Elmachtoub & Grigas / PyEPO
-(``DAGShortestPath``);
-* [`knapsack`][imle_solvers.data.knapsack] — PyEPO's multi-dimensional knapsack (an
-[`ILP`][imle_solvers.ILP], sense ``"max"``);
+* [`shortest_path`][imle_solvers.data.shortest_path.shortest_path] — the grid shortest path of
+  Elmachtoub & Grigas / PyEPO (``DAGShortestPath``);
+* [`knapsack`][imle_solvers.data.knapsack.knapsack] — PyEPO's multi-dimensional knapsack
+  (``TorchKnapsack``, or an [`ILP`][imle_solvers.ILP]; sense ``"max"``);
 * [`terrain_maps`][imle_solvers.data.terrain_maps] — a generated stand-in for the Warcraft terrain maps
-(``GridShortestPath``).
+  (``GridShortestPath``).
 
 Each returns a [`PTODataset`][imle_solvers.data.PTODataset] whose ``oracle`` solves the problem.
 """

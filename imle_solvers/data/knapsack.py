@@ -45,14 +45,23 @@ def knapsack(
 
     Parameters
     ----------
-    num_samples, num_features, deg, noise_width, seed
-        As for [`shortest_path`][imle_solvers.data.shortest_path].
+    num_samples
+        n, the number of instances.
+    num_features
+        p.
     num_items
         m.
     dim
         Number of resource constraints.
     capacity
         Right-hand side(s), a scalar or ``dim`` values.
+    deg
+        Polynomial degree ``deg >= 1`` of the cost model (as for
+        [`shortest_path`][imle_solvers.data.shortest_path.shortest_path]).
+    noise_width
+        ē in ``[0, 1)``, the half-width of the multiplicative noise.
+    seed
+        Seed of the generator.
     backend
         ``"torch"`` ([`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], the default) or an ILP back
         end (``"cpsat"``, ``"cbc"`` or ``"highs"``).

@@ -11,11 +11,13 @@ the `METHODS`, on the quality of the decisions it leads to. By role:
 * ``results.py``  — `TrainRun`, the summary over seeds, the learning-curve plot;
 * ``command.py``  — ``main(argv)``.
 
-Example::
+Example:
 
-    from imle_solvers.training import TrainConfig, run
+```python
+from imle_solvers.training import TrainConfig, run
 
-    results = run(TrainConfig(problem="shortest-path", methods=("imle-mumu", "spo+"), seeds=(0, 1)))
+results = run(TrainConfig(problem="shortest-path", methods=("imle-mumu", "spo+"), seeds=(0, 1)))
+```
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def title(config: TrainConfig) -> str:
 
 
 def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None) -> list[TrainRun]:
-    """Train every method on every seed; one [`TrainRun`][imle_solvers.training.results.TrainRun] per
+    """Train every method on every seed; one [`TrainRun`][imle_solvers.training.TrainRun] per
     (method, seed), in that order.
 
     Does what ``imle-solvers train`` does: the machine is checked first (``device``, ``out``:

@@ -75,7 +75,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, _Page]:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],  # not --quiet: it
+        # hides the warnings that --strict turns into a failure
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -119,6 +120,23 @@ def test_math_is_rendered_by_mathjax(site: dict[Path, _Page]) -> None:
     assert 'class="arithmatex"' in html
     assert "javascripts/mathjax.js" in html and "tex-mml-chtml.js" in html
     assert (root / "javascripts" / "mathjax.js").exists()
+
+
+def test_no_raw_rest_literal_blocks(site: dict[Path, _Page]) -> None:
+    """A docstring's reST ``Hierarchy::`` renders as literal text: the API page shows the hierarchy itself."""
+    assert not [p for p, page in site.items() if "Hierarchy::" in "".join(page.text)]
+    for package in ("app", "training", "experiments", "data"):  # the application layer's docstrings
+        for path in ROOT.joinpath("imle_solvers", package).rglob("*.py"):
+            found = re.findall(r"\w::\n", path.read_text(encoding="utf-8"))
+            assert not found, f"{path}: a reST literal block (word::) renders as text under mkdocstrings"
+
+
+def test_api_page_documents_each_object_once(site: dict[Path, _Page]) -> None:
+    root = _site_root(site)
+    ids = [i for i in site[root / "api" / "index.html"].ids if i.startswith("imle_solvers.")]
+    assert "imle_solvers.IMLE" in ids and "imle_solvers.imle.IMLE" not in ids  # not the module beside it
+    names = [i.rsplit(".", 1)[-1] for i in ids if i.count(".") == 1 or i.startswith("imle_solvers.errors.")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
 
 
 def test_no_sphinx_roles(site: dict[Path, _Page]) -> None:

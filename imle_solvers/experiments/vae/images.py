@@ -126,8 +126,10 @@ def load_mnist(path: str | Path, test_fraction: float = 0.2, seed: int = 0) -> I
         A directory with ``train-images-idx3-ubyte`` and ``t10k-images-idx3-ubyte`` (optionally
         ``.gz``); a single IDX image file (split at random); or an ``.npz`` with ``x_train`` and
         ``x_test`` (Keras' ``mnist.npz``) or a single ``x`` / ``images`` array (split at random).
-    test_fraction, seed
-        The random split used when the source has no test set of its own.
+    test_fraction
+        Share of the images held out for testing when the source has no test set of its own.
+    seed
+        Seed of that random split.
     """
     path = Path(path)
     if not path.exists():
