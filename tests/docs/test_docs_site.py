@@ -41,6 +41,8 @@ class _Page(HTMLParser):
         self.text: list[str] = []
         self.ids: set[str] = set()
         self.links: list[str] = []
+        self.scripts: list[str] = []
+        self.stylesheets: list[str] = []
         self._stack: list[tuple[str, bool]] = []  # (tag, starts a skipped region)
         self._skip = 0
 
@@ -52,6 +54,10 @@ class _Page(HTMLParser):
             self.links.append(str(a["href"]))
         if tag == "img" and a.get("src"):
             self.links.append(str(a["src"]))
+        if tag == "script" and a.get("src"):
+            self.scripts.append(str(a["src"]))
+        if tag == "link" and a.get("href") and "stylesheet" in (a.get("rel") or ""):
+            self.stylesheets.append(str(a["href"]))
         if tag in ("br", "img", "hr", "input", "meta", "link", "source", "wbr"):
             return
         skipped = tag in self.SKIP or "arithmatex" in (a.get("class") or "").split()
@@ -118,8 +124,33 @@ def test_math_is_rendered_by_mathjax(site: dict[Path, _Page]) -> None:
     root = _site_root(site)
     html = (root / "how-imle-works" / "index.html").read_text(encoding="utf-8")
     assert 'class="arithmatex"' in html
-    assert "javascripts/mathjax.js" in html and "tex-mml-chtml.js" in html
+    assert (
+        'src="../javascripts/mathjax.js"' in html and 'src="../javascripts/mathjax/tex-mml-chtml.js"' in html
+    )
     assert (root / "javascripts" / "mathjax.js").exists()
+    # the renderer itself is part of the site: the component, its fonts and its TeX extensions
+    mathjax = root / "javascripts" / "mathjax"
+    assert (mathjax / "tex-mml-chtml.js").stat().st_size > 500_000
+    assert (mathjax / "output" / "chtml" / "fonts" / "woff-v2" / "MathJax_Main-Regular.woff").exists()
+    assert (mathjax / "input" / "tex" / "extensions" / "ams.js").exists()
+    for path, page in site.items():
+        if 'class="arithmatex"' in path.read_text(encoding="utf-8"):
+            assert any(s.endswith("javascripts/mathjax/tex-mml-chtml.js") for s in page.scripts), path
+
+
+def test_no_page_loads_anything_from_another_host(site: dict[Path, _Page]) -> None:
+    """Scripts, stylesheets and fonts come from the site itself: the docs read offline, formulas included."""
+    remote = {
+        str(path): [
+            url for url in page.scripts + page.stylesheets if urlsplit(url).netloc or url.startswith("//")
+        ]
+        for path, page in site.items()
+    }
+    remote = {k: v for k, v in remote.items() if v}
+    assert not remote, f"pages that load from another host: {remote}"
+    root = _site_root(site)
+    css = [p.read_text(encoding="utf-8", errors="replace") for p in root.rglob("*.css")]
+    assert not [c for c in css if re.search(r"@import\s+url\(['\"]?https?:", c)]
 
 
 def test_no_raw_rest_literal_blocks(site: dict[Path, _Page]) -> None:
@@ -173,3 +204,22 @@ def test_no_reference_to_files_outside_the_project() -> None:
     ]
     bad = [str(p.relative_to(ROOT)) for p in sources if "DESIGN.md" in p.read_text(encoding="utf-8")]
     assert not bad, f"these files point to a DESIGN.md the project does not have: {bad}"
+
+
+def test_the_docs_build_needs_the_pinned_mathjax(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from mkdocs.exceptions import PluginError
+
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    assert hooks.mathjax_build().joinpath("tex-mml-chtml.js").is_file()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(PluginError, match=r"pip install 'imle-solvers\[docs\]'"):
+        hooks.mathjax_build()
+    pinned = re.search(
+        r'docs = \[.*"django-static-mathjax==([\d.]+)".*\]', (ROOT / "pyproject.toml").read_text()
+    )
+    assert pinned is not None and pinned.group(1).startswith("3.2.2")
