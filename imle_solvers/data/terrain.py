@@ -157,7 +157,7 @@ def terrain_maps(
         "terrain_costs": TERRAIN_COSTS.tolist(),
     }
     folder = cache_dir() / "terrain" / f"{_CACHE_VERSION}-K{size}-P{pixels}-n{num_samples}-seed{seed}"
-    stored = _load(folder) if cache else None
+    stored = _load(folder, num_samples, size, pixels) if cache else None
     if stored is not None:
         types, stored_images, solutions = stored
         costs = TERRAIN_COSTS[types].reshape(num_samples, size * size)  # c   [n, K·K]
@@ -182,11 +182,40 @@ _CACHE_VERSION = "v2"
 _CACHE_FILES = ("types", "images", "solutions")
 
 
-def _load(folder: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The cached ``(types, images, solutions)``, or ``None`` when absent or unreadable."""
+def _load(folder: Path, n: int, size: int, pixels: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The cached ``(types, images, solutions)``, or ``None`` when there is no cache entry.
+
+    An entry that cannot be read (a zero-length or truncated file, not a NumPy file) or whose arrays have
+    the wrong shape, dtype or values for ``(n, K, P)`` is removed with a warning, to be generated again:
+    it is never used.
+    """
+    if not folder.exists():
+        return None
+    expected = {
+        "types": ((n, size, size), np.uint8),
+        "images": ((n, 3, size * pixels, size * pixels), np.uint8),
+        "solutions": ((n, size * size), np.uint8),
+    }
     try:
-        types, images, solutions = (np.load(folder / f"{name}.npy") for name in _CACHE_FILES)
-    except (OSError, ValueError):
+        arrays = []
+        for name in _CACHE_FILES:
+            array = np.load(folder / f"{name}.npy", allow_pickle=False)
+            shape, dtype = expected[name]
+            if array.shape != shape or array.dtype != dtype:
+                raise ValueError(
+                    f"{name}.npy holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} {shape}"
+                )
+            arrays.append(array)
+        types, images, solutions = arrays
+        if types.max(initial=0) >= len(TERRAIN_COSTS) or solutions.max(initial=0) > 1:
+            raise ValueError("terrain types or path cells out of range")
+    except (OSError, EOFError, ValueError) as exc:
+        warnings.warn(
+            f"cached terrain maps in {folder} are unusable ({exc}): generating them again",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        shutil.rmtree(folder, ignore_errors=True)
         return None
     return types.astype(np.int64), images, solutions
 

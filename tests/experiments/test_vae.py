@@ -76,6 +76,10 @@ def test_idx_errors(tmp_path: Path, tiny_images: np.ndarray) -> None:
         load_mnist(tmp_path)  # a directory without the standard names
     with pytest.raises(FileNotFoundError):
         load_mnist(tmp_path / "missing")
+    mixed = tmp_path / "mixed.npz"
+    np.savez(mixed, x_train=tiny_images, x_test=np.zeros((3, 5, 4), dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"train images are \(4, 5\), test images \(5, 4\)"):
+        load_mnist(mixed)  # same pixel count, another shape: never used silently
 
 
 def test_ksubset_kl_matches_enumeration() -> None:

@@ -189,6 +189,51 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
         terrain_maps(5, size=4, pixels=4, image_dtype=torch.float64)
 
 
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        ("empty", "No data left in file"),
+        ("truncated", "could only read"),
+        ("not-numpy", "not a NumPy|format version|pickle"),
+        ("wrong-size", r"images.npy holds uint8 \(5, 3, 8, 8\), expected uint8 \(5, 3, 16, 16\)"),
+        ("wrong-dtype", r"solutions.npy holds float64"),
+        ("bad-values", "out of range"),
+        ("missing", "No such file"),
+    ],
+)
+def test_a_damaged_terrain_cache_is_regenerated(
+    damage: str, reason: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imle_solvers.data import terrain_maps
+
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
+    fresh = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
+    (folder,) = (tmp_path / "terrain").iterdir()
+    target = {"wrong-dtype": "solutions.npy", "bad-values": "types.npy"}.get(damage, "images.npy")
+    path = folder / target
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:-10])
+    elif damage == "not-numpy":
+        path.write_bytes(b"\x93NUMPY garbage")
+    elif damage == "wrong-size":  # images of another P: never used for this K and P
+        np.save(path, np.zeros((5, 3, 8, 8), dtype=np.uint8))
+    elif damage == "wrong-dtype":
+        np.save(path, np.load(path).astype(np.float64))
+    elif damage == "bad-values":
+        np.save(path, np.full((5, 4, 4), 9, dtype=np.uint8))
+    else:
+        path.unlink()
+    with pytest.warns(RuntimeWarning, match=rf"cached terrain maps in .* are unusable \((?:.*)({reason})"):
+        again = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
+    assert torch.equal(again.features, fresh.features) and torch.equal(again.solutions, fresh.solutions)
+    assert sorted(p.name for p in folder.iterdir()) == ["images.npy", "solutions.npy", "types.npy"]
+    np.testing.assert_array_equal(np.load(path), np.load(folder / target))  # written whole again
+    reread = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)  # no warning now
+    assert torch.equal(reread.features, fresh.features)
+
+
 def test_terrain_cache_that_cannot_be_written_is_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

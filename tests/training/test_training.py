@@ -55,9 +55,10 @@ def test_every_method_gives_a_finite_gradient(name: str, data: tuple) -> None:
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
-def test_short_training_run_reduces_regret(data: tuple) -> None:
+@pytest.mark.parametrize("seed", [1, 8])
+def test_short_training_run_reduces_regret(data: tuple, seed: int) -> None:
     train, test = data
-    torch.manual_seed(1)
+    torch.manual_seed(seed)
     model = linear_model(5, 40)
     before = evaluate(model, test)["regret"]
     out = train_model(
@@ -68,13 +69,15 @@ def test_short_training_run_reduces_regret(data: tuple) -> None:
         epochs=4,
         batch_size=16,
         lr=0.05,
-        seed=1,
+        seed=seed,
         method_options={"samples": 5},
         show_progress=False,
     )
     assert out.curve[0] == pytest.approx(before)
-    assert len(out.curve) == 5 and len(out.epoch_times) == 4
-    assert out.regret < 0.6 * before  # seed-fixed: ~0.55 → ~0.2
+    assert len(out.curve) == 5 and len(out.epoch_times) == 4 and len(out.train_loss) == 4
+    # checked over seeds 0-9: untrained 0.23-0.31, after 4 epochs 0.13-0.18, a ratio of 0.51-0.68
+    # (seed 8 is the worst); untrained or with the gradient's sign flipped the ratio is >= 1
+    assert out.regret < 0.75 * before
 
 
 def test_evaluate_matches_losses_regret(data: tuple) -> None:

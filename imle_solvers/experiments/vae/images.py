@@ -154,6 +154,10 @@ def load_mnist(path: str | Path, test_fraction: float = 0.2, seed: int = 0) -> I
     for label, array in (("train", train), ("test", test)):
         if array.ndim != 3:
             raise ValueError(f"{path}: {label} images must be [N, H, W], got shape {array.shape}")
+    if train.shape[1:] != test.shape[1:]:
+        raise ValueError(
+            f"{path}: train images are {train.shape[1:]}, test images {test.shape[1:]}: they must match"
+        )
     scale = 255.0 if max(float(train.max()), float(test.max())) > 1.0 else 1.0
     return _as_data(train, test, scale, f"images from {path}")
 
