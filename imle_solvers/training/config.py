@@ -155,7 +155,9 @@ examples:
   imle-solvers train --problem terrain --size 30 --model resnet-stem --schedule paper \\
       --methods imle-mumu --device cuda --out runs/warcraft30"""
 
-    problem: str = option("shortest-path", "the optimisation problem", choices=tuple(PROBLEMS))
+    problem: str = option(
+        "shortest-path", "the optimisation problem (listed below)", choices=lambda: tuple(PROBLEMS)
+    )
     methods: tuple[str, ...] = option(
         ("imle-mumu", "spo+", "two-stage"),
         "one or more method names (listed below), or all",
@@ -255,8 +257,9 @@ examples:
     @classmethod
     def help_epilog(cls) -> str:
         width = max(len(name) for name in METHODS)
-        listing = "\n".join(f"  {name:<{width}}  {METHODS.help(name)}" for name in METHODS)
-        return f"methods:\n{listing}\n\n{cls.epilog}"
+        problems = "\n".join(f"  {name:<{width}}  {PROBLEMS.help(name)}" for name in PROBLEMS)
+        methods = "\n".join(f"  {name:<{width}}  {METHODS.help(name)}" for name in METHODS)
+        return f"problems:\n{problems}\n\nmethods:\n{methods}\n\n{cls.epilog}"
 
     def validate(self) -> None:
         if "all" in self.methods:

@@ -11,18 +11,12 @@ import torch
 from torch import nn
 
 from ..adapters.clamp import ClampedCosts
+from ..app.registry import Registry
 from ..data.dataset import PTODataset
 from ..oracle import MapOracle, TorchOracle
 from .models import ResNetStemCNN, TerrainCNN, linear_model
 
-__all__ = ["DEFAULTS", "MODELS", "PROBLEMS", "Problem", "make_problem"]
-
-PROBLEMS: dict[str, str] = {
-    "shortest-path": "5×5 grid shortest path, linear model (PyEPO protocol)",
-    "knapsack": "2-D knapsack with 32 items, linear model (PyEPO protocol)",
-    "terrain": "K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths",
-}
-"""Problem name → one-line description."""
+__all__ = ["DEFAULTS", "MODELS", "PROBLEMS", "Problem", "ProblemSpec", "make_problem"]
 
 MODELS = ("linear", "terrain-cnn", "resnet-stem")
 """The models: ``linear`` for the PyEPO problems, ``terrain-cnn`` and ``resnet-stem`` for terrain."""
@@ -81,6 +75,134 @@ class Problem:
     defaults: dict[str, Any]
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ProblemSpec:
+    """What a problem factory is asked to build; each factory reads the fields its problem has.
+
+    Attributes
+    ----------
+    n_train
+        Training instances (the first ``n_train`` of one generated data set).
+    n_test
+        Test instances (the next ``n_test``).
+    seed
+        Data seed.
+    deg
+        Polynomial degree of the PyEPO cost model.
+    noise_width
+        Half-width ē of its multiplicative noise.
+    num_features
+        p, features of the PyEPO problems.
+    grid
+        Grid side of the shortest-path problem.
+    size
+        Terrain grid size K.
+    model
+        The model's name (``None``: the problem's default).
+    device
+        Where training runs (``oracle="auto"`` picks device-native oracles off the CPU).
+    oracle
+        ``"device"``, ``"host"`` or ``"auto"``.
+    cache
+        Keep generated data in the user cache folder.
+    """
+
+    n_train: int
+    n_test: int
+    seed: int
+    deg: int = 1
+    noise_width: float = 0.5
+    num_features: int = 5
+    grid: int = 5
+    size: int = 12
+    model: str | None = None
+    device: str | torch.device = "cpu"
+    oracle: str = "auto"
+    cache: bool = False
+
+    @property
+    def native(self) -> bool:
+        """Whether device-native oracles are asked for (``device``, or ``auto`` off the CPU)."""
+        return self.oracle == "device" or (self.oracle == "auto" and torch.device(self.device).type != "cpu")
+
+
+def _linear(name: str, spec: ProblemSpec) -> None:
+    model = DEFAULTS[name]["model"] if spec.model is None else spec.model
+    if model != "linear":
+        raise ValueError(f"problem {name!r} uses the linear model, got model {model!r}")
+
+
+def shortest_path_problem(spec: ProblemSpec) -> Problem:
+    """5×5 grid shortest path, linear model (PyEPO protocol); DAGShortestPath solves on every device."""
+    from ..data.shortest_path import shortest_path
+
+    _linear("shortest-path", spec)
+    data = shortest_path(
+        spec.n_train + spec.n_test,
+        spec.num_features,
+        (spec.grid, spec.grid),
+        spec.deg,
+        spec.noise_width,
+        spec.seed,
+    )
+    train, test = data.split(spec.n_train)
+    chosen = _choose(data.oracle, data.oracle, spec.native, spec.oracle)  # a TorchOracle already
+    m, p = data.oracle.n_vars, spec.num_features
+    return Problem(train, test, lambda: linear_model(p, m), chosen, chosen, DEFAULTS["shortest-path"])
+
+
+def knapsack_problem(spec: ProblemSpec) -> Problem:
+    """2-D knapsack with 32 items, linear model (PyEPO protocol); TorchKnapsack (CP-SAT: --oracle host)."""
+    from ..data.knapsack import knapsack
+
+    _linear("knapsack", spec)
+    # TorchKnapsack (exact, fast on the CPU too) unless the host solver is asked for
+    backend = "cpsat" if spec.oracle == "host" else "torch"
+    data = knapsack(
+        spec.n_train + spec.n_test,
+        spec.num_features,
+        deg=spec.deg,
+        noise_width=spec.noise_width,
+        seed=spec.seed,
+        backend=backend,
+    )
+    host = data.oracle
+    train, test = data.split(spec.n_train)
+    chosen = _choose(host, _torch_knapsack(data) if spec.native else host, spec.native, spec.oracle)
+    m, p = data.oracle.n_vars, spec.num_features
+    return Problem(train, test, lambda: linear_model(p, m), chosen, chosen, DEFAULTS["knapsack"])
+
+
+def terrain_problem(spec: ProblemSpec) -> Problem:
+    """K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths."""
+    from ..data.terrain import terrain_maps
+
+    model = DEFAULTS["terrain"]["model"] if spec.model is None else spec.model
+    if model not in ("terrain-cnn", "resnet-stem"):
+        raise ValueError(f"problem 'terrain' uses terrain-cnn or resnet-stem, got model {model!r}")
+    size = spec.size
+    data = terrain_maps(
+        spec.n_train + spec.n_test, size=size, seed=spec.seed, image_dtype=torch.uint8, cache=spec.cache
+    )
+    train, test = data.split(spec.n_train)
+    grid_native = _torch_grid(size) if spec.native else None
+    clamped_native = _ClampedTorch(grid_native) if grid_native is not None else None
+    train_oracle = _choose(ClampedCosts(data.oracle, 0.0), clamped_native, spec.native, spec.oracle)
+    eval_oracle = _choose(data.oracle, grid_native, spec.native, spec.oracle)
+    factory: Callable[[], nn.Module] = (
+        (lambda: TerrainCNN(size)) if model == "terrain-cnn" else (lambda: ResNetStemCNN(size))
+    )
+    return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS["terrain"])
+
+
+PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
+    "problem",
+    {"shortest-path": shortest_path_problem, "knapsack": knapsack_problem, "terrain": terrain_problem},
+)
+"""Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its
+`DEFAULTS`."""
+
+
 def make_problem(
     name: str,
     n_train: int,
@@ -97,58 +219,35 @@ def make_problem(
     oracle: str = "auto",
     cache: bool = False,
 ) -> Problem:
-    """Build ``name`` (``shortest-path``, ``knapsack`` or ``terrain``) with data seed ``seed``.
+    """Build ``name`` (a key of `PROBLEMS`) with data seed ``seed``: ``PROBLEMS[name](ProblemSpec(...))``.
 
     The train and test sets are the first ``n_train`` and the next ``n_test`` instances of one
     generated data set (same hidden ``B`` / same terrain costs). ``oracle`` picks the oracles of
     training and evaluation: ``"device"`` the device-native ones (terrain:
     ``adapters.TorchGridShortestPath``; knapsack: ``adapters.TorchKnapsack``), ``"host"`` the
-    solver-backed ones (SciPy Dijkstra, CP-SAT), ``"auto"`` device-native on a GPU and host on the CPU.
-    Where a device-native oracle is not installed, ``"auto"`` keeps the host one and ``"device"``
-    raises ``ValueError``. Terrain maps are stored as ``uint8`` images, kept in the user cache when
-    ``cache``; ``model`` is ``terrain-cnn`` (default) or ``resnet-stem`` for terrain, ``linear`` otherwise.
+    solver-backed ones (SciPy Dijkstra, CP-SAT), ``"auto"`` device-native on a GPU and host on the CPU
+    (the knapsack: ``TorchKnapsack`` unless ``"host"``). Where a device-native oracle is not installed,
+    ``"auto"`` keeps the host one and ``"device"`` raises ``ValueError``. Terrain maps are stored as
+    ``uint8`` images, kept in the user cache when ``cache``; ``model`` is ``terrain-cnn`` (default) or
+    ``resnet-stem`` for terrain, ``linear`` otherwise.
     """
     if name not in PROBLEMS:
         raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
-    defaults = DEFAULTS[name]
-    model_name = defaults["model"] if model is None else model
-    native = oracle == "device" or (oracle == "auto" and torch.device(device).type != "cpu")
-    n = n_train + n_test
-    if name in ("shortest-path", "knapsack"):
-        if model_name != "linear":
-            raise ValueError(f"problem {name!r} uses the linear model, got model {model_name!r}")
-        if name == "shortest-path":
-            from ..data.shortest_path import shortest_path
-
-            data = shortest_path(n, num_features, (grid, grid), deg, noise_width, seed)
-            host = data.oracle
-            device_native: MapOracle | None = data.oracle  # DAGShortestPath: a TorchOracle already
-        else:
-            from ..data.knapsack import knapsack
-
-            # TorchKnapsack (exact, fast on the CPU too) unless the host solver is asked for
-            backend = "cpsat" if oracle == "host" else "torch"
-            data = knapsack(n, num_features, deg=deg, noise_width=noise_width, seed=seed, backend=backend)
-            host = data.oracle
-            device_native = _torch_knapsack(data) if native else host
-        train, test = data.split(n_train)
-        chosen = _choose(host, device_native, native, oracle)
-        m = data.oracle.n_vars
-        return Problem(train, test, lambda: linear_model(num_features, m), chosen, chosen, defaults)
-    from ..data.terrain import terrain_maps
-
-    if model_name not in ("terrain-cnn", "resnet-stem"):
-        raise ValueError(f"problem 'terrain' uses terrain-cnn or resnet-stem, got model {model_name!r}")
-    data = terrain_maps(n, size=size, seed=seed, image_dtype=torch.uint8, cache=cache)
-    train, test = data.split(n_train)
-    grid_native = _torch_grid(size) if native else None
-    clamped_native = _ClampedTorch(grid_native) if grid_native is not None else None
-    train_oracle = _choose(ClampedCosts(data.oracle, 0.0), clamped_native, native, oracle)
-    eval_oracle = _choose(data.oracle, grid_native, native, oracle)
-    factory: Callable[[], nn.Module] = (
-        (lambda: TerrainCNN(size)) if model_name == "terrain-cnn" else (lambda: ResNetStemCNN(size))
+    spec = ProblemSpec(
+        n_train=n_train,
+        n_test=n_test,
+        seed=seed,
+        deg=deg,
+        noise_width=noise_width,
+        num_features=num_features,
+        grid=grid,
+        size=size,
+        model=model,
+        device=device,
+        oracle=oracle,
+        cache=cache,
     )
-    return Problem(train, test, factory, train_oracle, eval_oracle, defaults)
+    return PROBLEMS[name](spec)
 
 
 def _choose(host: MapOracle, native: MapOracle | None, want_native: bool, choice: str) -> MapOracle:

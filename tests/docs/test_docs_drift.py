@@ -27,6 +27,7 @@ REGISTRIES = {
     "toy": "imle_solvers.experiments.topk_toy",
     "vae": "imle_solvers.experiments.vae",
     "l2x": "imle_solvers.experiments.l2x",
+    "problems": "imle_solvers.training",
 }
 
 
@@ -56,7 +57,7 @@ def test_every_method_of_every_registry_is_in_its_page_table() -> None:
     tables = marked_tables("methods")
     assert set(tables) == set(REGISTRIES)
     for name, module in REGISTRIES.items():
-        registry = importlib.import_module(module).METHODS
+        registry = getattr(importlib.import_module(module), "PROBLEMS" if name == "problems" else "METHODS")
         assert isinstance(registry, Registry)
         documented = [key for row in tables[name] for key in backticked(row[0])]
         assert sorted(documented) == sorted(registry), name  # every method once, and no other
