@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import pyepo
@@ -127,13 +128,22 @@ def train_ours_imle(train, epochs: int, seed: int = 0, samples: int = 10) -> nn.
 
 # %%
 def compare(
-    n_train: int = 1000, n_test: int = 1000, epochs: int = 5, deg: int = 4, pyepo_imle: bool = True
-) -> dict[str, float]:
+    n_train: int = 1000,
+    n_test: int = 1000,
+    epochs: int = 5,
+    deg: int = 4,
+    pyepo_imle: bool = True,
+    repeats: int = 1,
+) -> dict[str, dict[str, float]]:
+    """Train every run ``repeats`` times (the same seed: the regrets repeat, the times vary), round-robin so
+    that all runs see the same machine load; print each run's test regret and training time (median, and
+    the range over repeats) and each of our runs' speed-up over PyEPO's run of the same method, computed
+    repeat by repeat (both sides timed in the same round)."""
     optmodel, train, test = pyepo_data(n_train, n_test, deg)
     loader = DataLoader(test, batch_size=256)
     torch.manual_seed(0)
-    results = {"untrained": float(pyepo.metric.regret(nn.Linear(5, 40), optmodel, loader))}
-    print(f"{'untrained':<38} test regret {results['untrained']:.4f}")
+    untrained = float(pyepo.metric.regret(nn.Linear(5, 40), optmodel, loader))
+    print(f"{'untrained':<38} test regret {untrained:.4f}")
     runs = {
         "PyEPO SPO+": lambda: train_pyepo_spo(optmodel, train, epochs),
         "PyEPO I-MLE": lambda: train_pyepo_imle(optmodel, train, epochs),
@@ -142,12 +152,32 @@ def compare(
     }
     if not pyepo_imle:
         del runs["PyEPO I-MLE"]
-    for name, fit in runs.items():
-        start = time.perf_counter()
-        model = fit()
-        seconds = time.perf_counter() - start
-        results[name] = float(pyepo.metric.regret(model, optmodel, loader))
-        print(f"{name:<38} test regret {results[name]:.4f}   ({seconds:.1f} s training)", flush=True)
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    regrets: dict[str, float] = {}
+    for _ in range(repeats):
+        for name, fit in runs.items():
+            start = time.perf_counter()
+            model = fit()
+            seconds[name].append(time.perf_counter() - start)
+            regrets[name] = float(pyepo.metric.regret(model, optmodel, loader))
+    results: dict[str, dict[str, float]] = {"untrained": {"regret": untrained}}
+    for name in runs:
+        times = seconds[name]
+        results[name] = {"regret": regrets[name], "seconds": statistics.median(times)}
+        spread = f" [{min(times):.1f}-{max(times):.1f}]" if repeats > 1 else ""
+        print(
+            f"{name:<38} test regret {regrets[name]:.4f}   {statistics.median(times):.1f} s training{spread}"
+        )
+    pairs = [
+        ("imle_solvers SPO+ (PyEPOOracle)", "PyEPO SPO+"),
+        ("imle_solvers I-MLE (DAGShortestPath)", "PyEPO I-MLE"),
+    ]
+    for ours, theirs in pairs:
+        if theirs in seconds:
+            ratios = [t / o for t, o in zip(seconds[theirs], seconds[ours])]  # repeat by repeat
+            results[ours]["speed-up"] = statistics.median(ratios)
+            spread = f" [{min(ratios):.1f}-{max(ratios):.1f}] over {repeats} repeats" if repeats > 1 else ""
+            print(f"{ours} vs {theirs}: speed-up {statistics.median(ratios):.1f}×{spread}")
     return results
 
 
@@ -159,6 +189,16 @@ if __name__ == "__main__":
     parser.add_argument("--epochs", type=int, default=5, help="training epochs")
     parser.add_argument("--deg", type=int, default=4, help="polynomial degree of the cost model")
     parser.add_argument("--no-pyepo-imle", action="store_true", help="skip PyEPO's I-MLE (the slowest run)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="train every run this many times (timing spread)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
-    compare(args.n_train, args.n_test, args.epochs, args.deg, pyepo_imle=not args.no_pyepo_imle)
+    compare(
+        args.n_train,
+        args.n_test,
+        args.epochs,
+        args.deg,
+        pyepo_imle=not args.no_pyepo_imle,
+        repeats=args.repeats,
+    )

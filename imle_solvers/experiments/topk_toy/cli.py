@@ -14,7 +14,7 @@ from ...app.session import Session
 from .methods import DEFAULT_METHODS, METHODS
 from .report import ROWS, plot, result_table
 from .results import ToyResult, ToyRow
-from .run import DEFAULT_LAMBDAS, DEFAULT_LRS, DEFAULT_SFE_LRS, run_toy
+from .run import DEFAULT_LAMBDAS, DEFAULT_LRS, DEFAULT_SFE_LRS, LONG_STEPS, RUNS, run_toy
 
 __all__ = ["COMMAND", "QUICK", "ToyConfig", "build_parser", "main", "run"]
 
@@ -28,11 +28,11 @@ QUICK: dict[str, Any] = {
 """What ``--quick`` changes: 10 runs, a 2 × 2 grid, the extra SFE run over 100 steps (seconds)."""
 
 _FULL: dict[str, Any] = {
-    "runs": 100,
+    "runs": RUNS,
     "lambdas": DEFAULT_LAMBDAS,
     "lrs": DEFAULT_LRS,
     "sfe_lrs": DEFAULT_SFE_LRS,
-    "long_steps": 500,
+    "long_steps": LONG_STEPS,
 }
 
 

@@ -24,7 +24,16 @@ from .methods import DEFAULT_METHODS, METHODS, ToyMethod, gradient_estimate
 from .problem import ToyProblem
 from .results import ToyResult, ToyRow
 
-__all__ = ["DEFAULT_LAMBDAS", "DEFAULT_LRS", "DEFAULT_SFE_LRS", "MOMENTUM", "run_toy", "sgd_momentum_step"]
+__all__ = [
+    "DEFAULT_LAMBDAS",
+    "DEFAULT_LRS",
+    "DEFAULT_SFE_LRS",
+    "LONG_STEPS",
+    "MOMENTUM",
+    "RUNS",
+    "run_toy",
+    "sgd_momentum_step",
+]
 
 DEFAULT_LAMBDAS: tuple[float, ...] = (0.3, 1.0, 3.0, 10.0, 30.0)
 """Perturbation intensities λ of the PID target (eq. 8) tried for I-MLE."""
@@ -35,6 +44,10 @@ DEFAULT_SFE_LRS: tuple[float, ...] = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
 
 MOMENTUM = 0.9
 """Momentum of the SGD (the paper's appendix)."""
+RUNS = 100
+"""Runs per grid point (the paper: 100)."""
+LONG_STEPS = 500
+"""Steps of the extra SFE run (the paper's appendix ran SFE for 500 steps)."""
 
 
 def sgd_momentum_step(
@@ -89,13 +102,13 @@ def _finite_mean(x: torch.Tensor) -> float:
 
 
 def run_toy(
-    runs: int = 100,
+    runs: int = RUNS,
     steps: int = 50,
     seed: int = 0,
     lambdas: Sequence[float] = DEFAULT_LAMBDAS,
     lrs: Sequence[float] = DEFAULT_LRS,
     sfe_lrs: Sequence[float] = DEFAULT_SFE_LRS,
-    long_steps: int = 500,
+    long_steps: int = LONG_STEPS,
     methods: Sequence[str] = DEFAULT_METHODS,
     progress: bool = True,
     on_row: Callable[[ToyRow], None] | None = None,
