@@ -239,18 +239,26 @@ def test_old_spellings_are_aliases(tmp_path: Path) -> None:
     assert demo.from_argv(["--quiet", *out]) == demo.from_argv(["--no-progress", *out])
 
 
-@pytest.mark.parametrize(("name", "module"), [("vae", "run"), ("l2x", "run")])
-def test_vae_and_l2x_keep_the_finished_runs_on_ctrl_c(
+@pytest.mark.parametrize(
+    ("name", "module", "step"),
+    [
+        ("vae", "imle_solvers.experiments.vae.run", "_train_one"),
+        ("l2x", "imle_solvers.experiments.l2x.run", "_train_one"),
+        ("toy", "imle_solvers.experiments.topk_toy.run", "_best_row"),
+    ],
+)
+def test_every_experiment_keeps_the_finished_runs_on_ctrl_c(
     name: str,
     module: str,
+    step: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import json
 
-    runner = importlib.import_module(f"imle_solvers.experiments.{name}.{module}")
-    real, calls = runner._train_one, []
+    runner = importlib.import_module(module)
+    real, calls = getattr(runner, step), []
 
     def interrupted_second(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -258,20 +266,75 @@ def test_vae_and_l2x_keep_the_finished_runs_on_ctrl_c(
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_train_one", interrupted_second)
+    monkeypatch.setattr(runner, step, interrupted_second)
     small = {
-        "vae": ["--methods", "ste-gumbel", "--seeds", "0", "1", "--epochs", "1", "--max-train", "50",
-                "--max-test", "20"],
-        "l2x": ["--methods", "ste", "--ks", "3", "--seeds", "0", "1", "--train", "20", "--val", "10",
-                "--test", "10", "--epochs", "1"],
-    }[name]  # fmt: skip
+        "vae": [
+            "--methods",
+            "ste-gumbel",
+            "--seeds",
+            "0",
+            "1",
+            "--epochs",
+            "1",
+            "--max-train",
+            "50",
+            "--max-test",
+            "20",
+        ],
+        "l2x": [
+            "--methods",
+            "ste",
+            "--ks",
+            "3",
+            "--seeds",
+            "0",
+            "1",
+            "--train",
+            "20",
+            "--val",
+            "10",
+            "--test",
+            "10",
+            "--epochs",
+            "1",
+        ],
+        "toy": [
+            "--quick",
+            "--runs",
+            "2",
+            "--steps",
+            "2",
+            "--long-steps",
+            "0",
+            "--methods",
+            "ste-gumbel",
+            "sfe",
+        ],
+    }[name]
     out = tmp_path / "out"
     assert cli.main([name, *small, "--out", str(out), "--no-progress"]) == 130
     saved = json.loads((out / "results.json").read_text())
-    assert saved["complete"] is False and len(saved["runs"]) == 1 and saved["runs"][0]["seed"] == 0
+    assert saved["complete"] is False and len(saved["runs"]) == 1
+    assert saved["runs"][0].get("seed", 0) == 0 and saved["runs"][0].get("key", "ste-gumbel") == "ste-gumbel"
     assert len(list((out / "runs").iterdir())) == 1
     captured = capsys.readouterr()
     assert f"1 finished run(s) kept in {out / 'runs'}" in captured.err and "Traceback" not in captured.err
+
+
+def test_the_core_never_imports_the_application_layer() -> None:
+    layers = (
+        "imle_solvers.app",
+        "imle_solvers.training",
+        "imle_solvers.experiments",
+        "imle_solvers.benchmarks",
+    )
+    code = (
+        "import sys, imle_solvers, imle_solvers.losses, imle_solvers.pool, imle_solvers.adapters\n"
+        f"print(sorted(m for m in sys.modules if m.startswith({layers!r})))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_bench_writes_its_json_suite_by_suite(
