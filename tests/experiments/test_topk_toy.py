@@ -307,19 +307,19 @@ def test_rows_are_reported_as_each_method_finishes(tmp_path) -> None:  # type: i
         methods=("imle-gumbel", "sfe"),
         out=str(tmp_path),
         show_progress=False,
-        threads=2,
     )
 
     def finished(row: topk_toy.ToyRow) -> None:
         seen.append(row.key)
-        assert torch.get_num_threads() == 1  # run_toy runs single-threaded inside the command's 2
+        assert torch.get_num_threads() == 1  # the toy runs single-threaded
         if len(seen) == 2:  # handed over before it is written; the previous row is on disk by now
             assert (tmp_path / "runs" / "imle-gumbel.json").exists()
 
-    before = torch.get_num_threads()
+    torch.set_num_threads(2)
     result = run(config, on_result=finished)
     assert seen == ["imle-gumbel", "sfe"] == [row.key for row in result.rows]
-    assert torch.get_num_threads() == before
+    assert torch.get_num_threads() == 2  # restored
+    torch.set_num_threads(1)
     alone = run_toy(
         runs=2,
         steps=2,

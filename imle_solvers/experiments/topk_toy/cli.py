@@ -51,7 +51,8 @@ def _rate(value: float) -> float:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ToyConfig(CommandConfig):
     """Settings of ``imle-solvers toy`` (`run` takes it); ``None`` takes the full experiment's value, or
-    the quick one with ``quick``.
+    the quick one with ``quick``. The toy runs on one torch thread (its tensors are tiny: threads only
+    add synchronisation), so it has no ``threads`` setting.
 
     Attributes
     ----------
@@ -73,8 +74,6 @@ class ToyConfig(CommandConfig):
         Learning-rate grid of the SFE.
     quick
         A small grid and few runs (seconds).
-    threads
-        torch CPU threads during the run.
     out
         Folder for ``results.json``, ``results.md`` and ``topk_toy.png``.
     show_progress
@@ -123,7 +122,6 @@ class ToyConfig(CommandConfig):
         default_text=lambda: _default("sfe_lrs"),
     )
     quick: bool = option(False, "a small grid and few runs (seconds)")
-    threads: int = option(1, "torch CPU threads", check=_count)
     out: str = option(
         os.path.join("runs", "topk_toy"),
         "folder for results.json, results.md and topk_toy.png",
