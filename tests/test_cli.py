@@ -517,8 +517,10 @@ def test_demo_prints_and_writes_what_training_returns(
         ]
 
     monkeypatch.setattr(pto_demo, "train", fake_train)
-    assert cli.main(["demo", "--epochs", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    argv = ["demo", "--epochs", "2", "--seed", "3", "--n-train", "50", "--quiet", "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
     (config,) = seen
+    assert (config.seeds, config.n_train) == ((3,), 50)
     assert (config.problem, config.epochs, config.n_test, config.deg, config.out) == (
         "shortest-path",
         2,
