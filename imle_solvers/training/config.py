@@ -256,7 +256,7 @@ examples:
 
     @classmethod
     def help_epilog(cls) -> str:
-        width = max(len(name) for name in METHODS)
+        width = max(len(name) for name in (*METHODS, *PROBLEMS))
         problems = "\n".join(f"  {name:<{width}}  {PROBLEMS.help(name)}" for name in PROBLEMS)
         methods = "\n".join(f"  {name:<{width}}  {METHODS.help(name)}" for name in METHODS)
         return f"problems:\n{problems}\n\nmethods:\n{methods}\n\n{cls.epilog}"
