@@ -6,6 +6,8 @@ machine without the test extras.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -14,14 +16,16 @@ from imle_solvers import ClampedCosts
 from imle_solvers.adapters import TorchGridShortestPath, TorchKnapsack
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
 
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_states_identical_to_cpu() -> None:
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_cuda_states_identical_to_cpu(backend: str) -> None:
     rng = np.random.default_rng(0)
     for h, w, nb in [(12, 12, 8), (12, 12, 4), (30, 30, 8), (7, 3, 8)]:
-        oracle = TorchGridShortestPath(h, w, nb)
+        oracle = TorchGridShortestPath(h, w, nb, backend=backend)  # type: ignore[arg-type]
         for x in (rng.integers(0, 3, (256, h * w)), rng.random((256, h * w))):
             for dtype in (torch.float32, torch.float64):
                 t = torch.from_numpy(x).to(dtype)
@@ -31,14 +35,15 @@ def test_cuda_states_identical_to_cpu() -> None:
                 assert torch.equal(gpu.cpu(), cpu)
     neg = torch.ones(2, 9, device="cuda")
     neg[1, 3] = -1.0
-    z = TorchGridShortestPath(3, 3).solve_torch(neg)
+    z = TorchGridShortestPath(3, 3, backend=backend).solve_torch(neg)  # type: ignore[arg-type]
     assert torch.isnan(z[1]).all() and not torch.isnan(z[0]).any()
 
 
 @pytest.mark.cuda
 @cuda
-def test_cuda_no_host_sync() -> None:
-    oracle = TorchGridShortestPath(30, 30)
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_cuda_no_host_sync(backend: str) -> None:
+    oracle = TorchGridShortestPath(30, 30, backend=backend)  # type: ignore[arg-type]
     w = torch.rand(64, 900, device="cuda")
     oracle.solve_torch(w)  # warm-up (allocator, kernels)
     torch.cuda.synchronize()
@@ -79,7 +84,8 @@ def test_cuda_graph_replays_match_kernel_launches_and_cpu() -> None:
     a result stays valid after later solves of the same and of other batch shapes."""
     rng = np.random.default_rng(1)
     for h, w, nb in [(12, 12, 8), (30, 30, 8), (7, 3, 4), (9, 9, 8)]:
-        graphs, launches = TorchGridShortestPath(h, w, nb), TorchGridShortestPath(h, w, nb, cuda_graphs=False)
+        graphs = TorchGridShortestPath(h, w, nb, backend="torch")
+        launches = TorchGridShortestPath(h, w, nb, cuda_graphs=False, backend="torch")
         kept = []
         for n in (256, 64, 256, 5):
             for dtype in (torch.float32, torch.float64):
@@ -95,7 +101,7 @@ def test_cuda_graph_replays_match_kernel_launches_and_cpu() -> None:
 @pytest.mark.cuda
 @cuda
 def test_cuda_graph_recording_never_syncs_and_streams_keep_their_own() -> None:
-    oracle = TorchGridShortestPath(30, 30)
+    oracle = TorchGridShortestPath(30, 30, backend="torch")
     w = torch.rand(48, 900, device="cuda")
     expected = oracle.solve_torch(w.cpu())
     torch.cuda.synchronize()
@@ -122,8 +128,8 @@ def test_cuda_graph_buffers_shared_by_threads() -> None:
 
     xs = [torch.rand(128, 400, dtype=torch.float64) for _ in range(6)]
     expected = [TorchGridShortestPath(20, 20).solve_torch(x) for x in xs]
-    for _ in range(4):  # a fresh oracle: one thread records while the others copy and wait
-        oracle = TorchGridShortestPath(20, 20)
+    for backend in ("torch", "torch", "torch", "auto"):  # fresh oracles: one thread records, others wait
+        oracle = TorchGridShortestPath(20, 20, backend=backend)  # type: ignore[arg-type]
         results: dict[int, torch.Tensor] = {}
         errors: list[BaseException] = []
 
@@ -152,7 +158,7 @@ def test_cuda_graph_oracle_in_a_training_step() -> None:
     grads = []
     for graphs in (True, False):
         layer = IMLE(
-            ClampedCosts(TorchGridShortestPath(12, 12, cuda_graphs=graphs)),
+            ClampedCosts(TorchGridShortestPath(12, 12, cuda_graphs=graphs, backend="torch")),
             samples=3,
             generator=torch.Generator("cuda").manual_seed(0),
         )
@@ -163,3 +169,140 @@ def test_cuda_graph_oracle_in_a_training_step() -> None:
         assert theta.grad is not None
         grads.append(theta.grad)
     assert torch.equal(grads[0], grads[1]) and grads[0].abs().sum() > 0
+
+
+# ---- the fused Triton kernel (TorchGridShortestPath on CUDA by default) -------------------------------
+
+
+def _grid_costs(kind: str, n: int, cells: int, rng: np.random.Generator) -> torch.Tensor:
+    """Uniform random costs, tie-heavy integers in {0, 1, 2}, or Warcraft-like costs (a few terrain
+    values, many ties); float64 on the CPU."""
+    if kind == "random":
+        return torch.from_numpy(rng.random((n, cells)))
+    if kind == "ties":
+        return torch.from_numpy(rng.integers(0, 3, (n, cells)).astype(np.float64))
+    return torch.from_numpy(rng.choice([0.8, 1.2, 5.3, 7.7], (n, cells)))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal dtype, shape and values, NaN where NaN."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.nan_to_num(-1.0), b.nan_to_num(-1.0))
+
+
+@pytest.mark.cuda
+@cuda
+@triton
+@pytest.mark.timeout(300)
+def test_cuda_kernel_identical_to_torch_path_and_cpu() -> None:
+    """The kernel's states equal the torch path's on CUDA and the CPU's, bit for bit: 12-30 cells a
+    side, 1 to 4,096 maps, random, tie-heavy and terrain-like costs, float32 and float64."""
+    rng = np.random.default_rng(0)
+    for size in (12, 18, 24, 30):
+        for nb in (8, 4) if size in (12, 30) else (8,):
+            kernel = TorchGridShortestPath(size, size, nb, backend="triton")  # type: ignore[arg-type]
+            torch_path = TorchGridShortestPath(size, size, nb, backend="torch")  # type: ignore[arg-type]
+            for n in (1, 70, 700, 4096):
+                for kind in ("random", "ties", "terrain"):
+                    x = _grid_costs(kind, n, size * size, rng)
+                    for dtype in (torch.float32, torch.float64):
+                        t = x.to(dtype)
+                        z = kernel.solve_torch(t.cuda())
+                        assert z.device.type == "cuda" and z.dtype == dtype
+                        assert _same(z, torch_path.solve_torch(t.cuda())), (size, nb, n, kind, dtype)
+                        if n <= 700 and (dtype == torch.float32 or n == 70):
+                            assert _same(z.cpu(), torch_path.solve_torch(t)), (size, nb, n, kind, dtype)
+
+
+@pytest.mark.cuda
+@cuda
+@triton
+def test_cuda_kernel_dtypes_and_special_rows() -> None:
+    """Half, bfloat16 and integer costs (solved in float32), leading dimensions; negative, NaN, +inf,
+    overflowing and zero-cost rows: the states of the torch path on CUDA."""
+    rng = np.random.default_rng(1)
+    auto, torch_path = TorchGridShortestPath(12, 12), TorchGridShortestPath(12, 12, backend="torch")
+    assert auto._kernel(torch.device("cuda")) is not None
+    x = _grid_costs("terrain", 2 * 3 * 50, 144, rng).reshape(2, 3, 50, 144).cuda()
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.int64):
+        t = (x * 3).to(dtype)
+        assert _same(auto.solve_torch(t), torch_path.solve_torch(t)), dtype
+    for dtype, huge in ((torch.float32, 3e38), (torch.float64, 1e308)):
+        w = _grid_costs("random", 9, 144, rng).to(dtype)
+        w[1] = huge  # overflow: NaN
+        w[2] *= 1e-40 if dtype == torch.float32 else 1e-310  # subnormal costs
+        w[3, 40] = float("inf")  # avoided
+        w[4, [1, 12, 13]] = float("inf")  # the source walled in: NaN
+        w[5, 0] = -0.5  # negative: NaN
+        w[6, 70] = float("nan")  # NaN
+        w[7] = 0.0
+        w[8] = huge / 1e3
+        z = auto.solve_torch(w.cuda())
+        assert _same(z, torch_path.solve_torch(w.cuda()))
+        assert torch.isnan(z[[1, 4, 5, 6]]).all() and not torch.isnan(z[[0, 2, 3, 7, 8]]).any()
+        assert _same(z[[0, 2, 3, 7, 8]].cpu(), torch_path.solve_torch(w[[0, 2, 3, 7, 8]]))
+    big = TorchGridShortestPath(70, 70)  # 4,900 cells: the torch path
+    assert big._kernel(torch.device("cuda")) is None
+    w = _grid_costs("random", 8, 4900, rng).float()
+    assert _same(big.solve_torch(w.cuda()).cpu(), big.solve_torch(w))
+
+
+@pytest.mark.cuda
+@cuda
+@triton
+def test_cuda_kernel_no_host_sync_and_graph_capture() -> None:
+    """No host synchronisation (after the first launch compiled the kernel), and the launch can be
+    captured in a CUDA graph: replays on new costs give the eager states."""
+    oracle = TorchGridShortestPath(30, 30, backend="triton")
+    w = torch.rand(700, 900, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    oracle.solve_torch(w)
+    ClampedCosts(oracle).solve_torch(w - 0.1)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        z = oracle.solve_torch(w)
+        z2 = ClampedCosts(oracle).solve_torch(w - 0.1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert _same(z.cpu(), oracle.solve_torch(w.cpu().double()).float()) and z2.shape == z.shape
+
+    static = w.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        oracle.solve_torch(static)  # warm-up on a side stream, as torch.cuda.graph wants
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = oracle.solve_torch(static)
+    for seed in (1, 2):
+        static.copy_(torch.rand(700, 900, device="cuda", generator=torch.Generator("cuda").manual_seed(seed)))
+        graph.replay()
+        assert _same(out, TorchGridShortestPath(30, 30, backend="torch").solve_torch(static))
+
+
+@pytest.mark.cuda
+@cuda
+@triton
+def test_cuda_kernel_in_a_training_step() -> None:
+    """An I-MLE step through the kernel gives the states and the gradient of the torch path (same
+    noise), at 12×12 and 30×30 with several samples."""
+    from imle_solvers import IMLE
+
+    for size, n in ((12, 70), (30, 16)):
+        results = []
+        for backend in ("triton", "torch"):
+            layer = IMLE(
+                ClampedCosts(TorchGridShortestPath(size, size, backend=backend)),  # type: ignore[arg-type]
+                samples=3,
+                generator=torch.Generator("cuda").manual_seed(0),
+            )
+            theta = torch.rand(
+                n, size * size, device="cuda", generator=torch.Generator("cuda").manual_seed(1)
+            )
+            theta.requires_grad_(True)
+            z = layer(theta)
+            ((z - 0.5) ** 2 * torch.arange(size * size, device="cuda")).mean().backward()
+            assert theta.grad is not None
+            results.append((z, theta.grad))
+        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
+        assert results[0][1].abs().sum() > 0

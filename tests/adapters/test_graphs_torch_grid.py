@@ -190,3 +190,63 @@ def test_in_an_imle_layer() -> None:
     z = imle(w, ClampedCosts(oracle))
     z.sum().backward()
     assert z.shape == (5, 16) and w.grad is not None and torch.isfinite(w.grad).all()
+
+
+def test_nan_costs_raise_on_cpu_and_give_nan_rows_on_the_torch_path() -> None:
+    """NaN costs: a typed error naming the rows on the CPU (before any sweep); the accelerator's torch
+    path (run here on CPU tensors) returns those rows all-NaN, whatever the sweep count, and the others
+    unchanged."""
+    oracle = TorchGridShortestPath(4, 4)
+    w = torch.rand(4, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    w[1, 15] = float("nan")  # far from the source: the sweeps could converge before NaN spreads
+    w[3, 5] = float("nan")
+    w[2, 2] = -1.0
+    with pytest.raises(InvalidWeightsError, match="NaN cell costs") as info:
+        oracle.solve_torch(w)
+    assert info.value.rows == (1, 3)
+    z = oracle._solve_torch_ops(w)
+    assert torch.isnan(z[1:]).all() and torch.equal(z[0], oracle.solve_torch(w[0]))
+
+
+def test_solve_torch_compiles_with_a_graph_break() -> None:
+    """Dynamo does not trace the NumPy path (it failed on ``np.copyto``): the solve runs eagerly."""
+    oracle = TorchGridShortestPath(5, 4)
+    x = torch.rand(3, 20, generator=torch.Generator().manual_seed(2))
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return oracle.solve_torch(x.abs() + 0.5) * 2
+
+    assert torch.equal(torch.compile(f, backend="eager")(x), f(x))
+    with pytest.raises(InvalidWeightsError, match="negative") as info:  # errors still reach the caller
+        torch.compile(oracle.solve_torch, backend="eager")(x - 0.5)
+    assert info.value.rows is not None and len(info.value.rows) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_compiled_model_with_the_oracle_on_cpu() -> None:
+    """``torch.compile(model)`` (Inductor) of a model with the oracle inside, directly and in an I-MLE
+    layer in eval mode (the noise-free MAP state): the states of the eager model."""
+    from imle_solvers import IMLE
+
+    oracle = TorchGridShortestPath(6, 6)
+    torch.manual_seed(0)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(36, 36), torch.nn.Softplus())
+            self.layer = IMLE(ClampedCosts(oracle))
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            costs = self.net(x)
+            return oracle.solve_torch(costs), self.layer(costs)
+
+    model = Model().eval()
+    x = torch.rand(8, 36)
+    compiled = torch.compile(model)
+    for _ in range(2):  # the second call runs the compiled graphs
+        got, want = compiled(x), model(x)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert_paths(got[0].numpy(), 6, 6, 8)
+        x = torch.rand(8, 36)

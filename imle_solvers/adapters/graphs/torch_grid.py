@@ -1,23 +1,28 @@
 """Shortest top-left → bottom-right grid path on the weights' device (torch): batched min-plus sweeps.
 
 The device-native twin of [`GridShortestPath`][imle_solvers.GridShortestPath] (``grid.py``): the same
-problem and layout, solved by synchronous Bellman-Ford sweeps over the image (NumPy on the CPU, torch
-on an accelerator) and read off by pointer doubling.
+problem and layout, solved by synchronous Bellman-Ford sweeps over the image (NumPy on the CPU, one
+fused Triton kernel on CUDA, torch operations elsewhere and as the reference) and read off by the
+predecessor chain.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import math
 import time
 from collections import deque
 from collections.abc import Callable
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
 import torch
 
+from ..._checks import one_of
 from ..._device import upload
-from ...errors import InvalidWeightsError
+from ...errors import InvalidWeightsError, MissingExtraError
 from ...oracle import TorchOracle
 from ._common import _grid_shape
 from ._sweep_graph import SweepGraphs
@@ -32,6 +37,21 @@ _CPU_BLOCK_CELLS = 1 << 18
 #: sweeps per chunk on an accelerator; at most `_IN_FLIGHT` chunks are queued ahead of the check.
 _DEVICE_CHUNK = 8
 _IN_FLIGHT = 2
+KERNEL_MAX_CELLS = 4096
+"""Largest ``H·W`` the fused Triton kernel takes (one program holds a map in registers)."""
+_KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""Weight dtypes the kernel reads as they are (others are converted to float32 first, as the torch path)."""
+_BACKENDS = ("auto", "torch", "triton")
+
+
+@functools.cache
+def _kernel_module() -> ModuleType | None:
+    """``_grid_triton`` (it imports Triton), or ``None`` where Triton is not installed."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from . import _grid_triton
+
+    return _grid_triton
 
 
 class TorchGridShortestPath(TorchOracle):
@@ -51,9 +71,18 @@ class TorchGridShortestPath(TorchOracle):
     neighbourhood
         ``8`` (king moves, as in Warcraft) or ``4`` (rook moves).
     cuda_graphs
-        On CUDA, record each chunk of sweeps once per batch shape as a CUDA graph and replay it (one
-        launch instead of about 70 small kernels; same states). ``False`` launches the kernels one by
-        one, as on other accelerators.
+        For the torch code path on CUDA: record each chunk of sweeps once per batch shape as a CUDA graph
+        and replay it (one launch instead of about 70 small kernels; same states). ``False`` launches the
+        kernels one by one, as on other accelerators.
+    backend
+        ``"auto"`` (default): on CUDA the fused Triton kernel where Triton is installed and
+        ``H·W ≤ 4096``, else the torch code path; NumPy on the CPU. ``"torch"``: never the kernel (the
+        reference path). ``"triton"``: always the kernel; raises
+        [`MissingExtraError`][imle_solvers.errors.MissingExtraError] without Triton and ``ValueError`` for
+        ``H·W > 4096``; on CPU weights it runs only under Triton's interpreter (``TRITON_INTERPRET=1`` set
+        before Triton is imported: slow, for testing), other weights raise
+        [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError]. The states are identical on
+        every path.
 
     Notes
     -----
@@ -79,15 +108,26 @@ class TorchGridShortestPath(TorchOracle):
     take turns on them. When the caller is itself capturing a CUDA graph, the full ``H·W``-sweep budget
     runs instead (exact, fixed work).
 
+    *The fused kernel* (CUDA, Triton) runs the same algorithm as one launch: one program per map keeps
+    the map's costs, distances and levels in registers, exchanges neighbour distances through a small
+    scratch row in L1/L2, sweeps until a sweep changes nothing (at most ``H·W``), then follows the
+    predecessor chain from the target. The convergence test happens inside the kernel, so the host
+    neither waits nor polls, and the launch can be captured in a CUDA graph. Its states are
+    bit-identical to the torch path's (ties included): the same comparisons, additions and dtypes.
+
     *Costs.* Costs must be ≥ 0 (with a negative cell the grid has a negative 2-cycle, the problem
     of [`GridShortestPath`][imle_solvers.GridShortestPath] raises
     [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError] or changes method). On the CPU a
-    negative cost raises [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] naming the
-    rows; on an accelerator that check would need a host synchronisation, so such rows come back as
-    all-NaN states instead. Perturbed costs can dip below 0: wrap the oracle in
+    negative or NaN cost raises [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError]
+    naming the rows; on an accelerator that check would need a host synchronisation, so such rows come
+    back as all-NaN states instead. Perturbed costs can dip below 0: wrap the oracle in
     [`ClampedCosts`][imle_solvers.ClampedCosts] (it stays on the device for a torch oracle). Rows
-    whose path sums overflow the dtype (e.g. cells near ``1e308`` in float64) also come back all-NaN.
-    NaN/inf weights are the layer's to reject (its finiteness check).
+    whose path sums overflow the dtype (e.g. cells near ``1e308`` in float64), or whose target only
+    ``+inf`` cells reach, also come back all-NaN. Weights of other dtypes than float32 and float64
+    (half, bfloat16, integers) are solved in float32; the states come back in the weights' dtype.
+
+    *torch.compile.* The solve runs eagerly inside a compiled model (a graph break: the NumPy code, the
+    host-side convergence polling and the kernel launch are not traced).
 
     *Ties* are broken by the rule above, identically on every device (only comparisons, additions
     and index arithmetic, all exact). They need not match SciPy's Dijkstra in
@@ -122,10 +162,28 @@ class TorchGridShortestPath(TorchOracle):
     in_process_safe = True
 
     def __init__(
-        self, height: int, width: int, neighbourhood: Literal[4, 8] = 8, *, cuda_graphs: bool = True
+        self,
+        height: int,
+        width: int,
+        neighbourhood: Literal[4, 8] = 8,
+        *,
+        cuda_graphs: bool = True,
+        backend: Literal["auto", "torch", "triton"] = "auto",
     ) -> None:
         self.height, self.width, self.neighbourhood = _grid_shape(height, width, neighbourhood)
         self.cuda_graphs = bool(cuda_graphs)
+        self.backend: Literal["auto", "torch", "triton"] = one_of("backend", backend, _BACKENDS)
+        """Which code path solves: ``"auto"``, ``"torch"`` or ``"triton"`` (see Parameters)."""
+        if self.backend == "triton":
+            if self.height * self.width > KERNEL_MAX_CELLS:
+                raise ValueError(
+                    f"backend='triton' takes grids of at most {KERNEL_MAX_CELLS} cells, got "
+                    f"{self.height}×{self.width}; use backend='auto' (the torch path takes any size)"
+                )
+            if _kernel_module() is None:
+                raise MissingExtraError(
+                    "backend='triton' needs Triton; install it with: pip install 'imle-solvers[triton]'"
+                )
         self._graphs = SweepGraphs()  # recorded sweep chunks per CUDA problem shape
         self.n_vars = self.height * self.width
         self.expected_nonzeros = float(
@@ -147,34 +205,66 @@ class TorchGridShortestPath(TorchOracle):
         """The cells ``(row, col)`` in row-major order: the order of weights and states."""
         return [(i // self.width, i % self.width) for i in range(self.n_vars)]
 
+    @torch.compiler.disable  # runs eagerly in a compiled model: NumPy, host polling, a kernel launch
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
         """Path masks for ``(..., H·W)`` costs; same shape, device and dtype.  No host synchronisation."""
         if weights.shape[-1:] != (self.n_vars,):
             raise InvalidWeightsError(
                 f"{self!r} expects weights of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
             )
+        kernel = self._kernel(weights.device)
         lead = weights.shape[:-1]
-        dtype = weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float32
-        w = weights.detach().reshape(-1, self.n_vars).to(dtype)  # c   [N, H·W]
-        n, cpu = w.shape[0], w.device.type == "cpu"
-        if n == 0:
+        w = weights.detach().reshape(-1, self.n_vars)  # c   [N, H·W]
+        if w.shape[0] == 0:
             return weights.new_zeros(weights.shape)
         if self.n_vars == 1:  # the single cell is the path, whatever its weight
             return weights.new_ones(weights.shape)
-        if cpu:  # NumPy only (tiny torch ops pay for waking the intra-op thread pool)
-            states = torch.from_numpy(self._solve_numpy(w.numpy()))  # [N, H·W]
+        if kernel is not None:  # one launch; half and bfloat16 are read as they are, solved in float32
+            native = w.dtype in _KERNEL_DTYPES
+            out = weights.dtype if native else torch.float32
+            states = kernel.solve_grid(
+                w if native else w.to(torch.float32), self.height, self.width, self.neighbourhood == 8, out
+            )
             return states.to(weights.dtype).reshape(*lead, self.n_vars)
-        negative = (w < 0).any(dim=1)  # [N]
-        w_t = w.clamp_min(0).T.reshape(self.height, self.width, n).contiguous()  # rows < 0: NaN below
+        dtype = weights.dtype if weights.dtype in (torch.float32, torch.float64) else torch.float32
+        w = w.to(dtype)
+        if w.device.type == "cpu":  # NumPy only (tiny torch ops pay for waking the intra-op thread pool)
+            states = torch.from_numpy(self._solve_numpy(w.numpy()))  # [N, H·W]
+        else:
+            states = self._solve_torch_ops(w)
+        return states.to(weights.dtype).reshape(*lead, self.n_vars)
+
+    def _solve_torch_ops(self, w: torch.Tensor) -> torch.Tensor:
+        """The torch code path (the kernel's reference; any device): float32 or float64 costs
+        ``[N, H·W]`` → states; rows with a negative or NaN cost, or no finite path, are all-NaN."""
+        invalid = ~(w >= 0).all(dim=1)  # a negative or NaN cost   [N]
+        w_t = w.clamp_min(0).T.reshape(self.height, self.width, -1).contiguous()  # invalid rows: NaN below
         dist, level = self._distances_torch(w_t)  # d, L   [H+2, W+2, N]
         state, end = self._trace(dist, level), dist[self.height, self.width]
-        bad = ~torch.isfinite(end) | negative  # overflowed path sums, negative costs   [N]
-        state = state.masked_fill(bad[:, None], float("nan"))
-        return state.to(weights.dtype).reshape(*lead, self.n_vars)
+        bad = ~torch.isfinite(end) | invalid  # overflowed path sums, negative or NaN costs   [N]
+        return state.masked_fill(bad[:, None], float("nan"))
+
+    def _kernel(self, device: torch.device) -> ModuleType | None:
+        """The fused kernel's module where it solves weights on ``device``; ``None``: the torch path."""
+        if self.backend == "torch" or (self.backend == "auto" and device.type != "cuda"):
+            return None
+        if self.backend == "auto":
+            return _kernel_module() if self.n_vars <= KERNEL_MAX_CELLS else None
+        module = _kernel_module()
+        assert module is not None  # checked when the oracle was made
+        if device.type != "cuda" and not (device.type == "cpu" and module.interpreted()):
+            raise InvalidWeightsError(
+                f"backend='triton' runs on CUDA weights (CPU weights only under Triton's interpreter, "
+                f"TRITON_INTERPRET=1 set before Triton is imported), got weights on {device}"
+            )
+        return module
 
     def _solve_numpy(self, w: np.ndarray) -> np.ndarray:
         """The CPU path: ``(N, H·W)`` costs → states, in cache-sized blocks of rows (each block stops
         sweeping when it converges)."""
+        nan = np.isnan(w).any(axis=1)  # [N]
+        if nan.any():
+            raise InvalidWeightsError("NaN cell costs", rows=np.flatnonzero(nan).tolist())
         negative = (w < 0).any(axis=1)  # [N]
         if negative.any():
             raise InvalidWeightsError(
@@ -376,4 +466,7 @@ class TorchGridShortestPath(TorchOracle):
         return mark
 
     def __repr__(self) -> str:
-        return f"TorchGridShortestPath({self.height}×{self.width}, neighbourhood={self.neighbourhood})"
+        backend = "" if self.backend == "auto" else f", backend={self.backend!r}"
+        return (
+            f"TorchGridShortestPath({self.height}×{self.width}, neighbourhood={self.neighbourhood}{backend})"
+        )
