@@ -114,7 +114,7 @@ def test_interp_large_tiny_infinite_negative_and_nan_costs() -> None:
     h, w = 4, 5
     rng = np.random.default_rng(7)
     for dtype, huge in ((torch.float32, 3e38), (torch.float64, 1e308)):
-        x = torch.from_numpy(rng.random((9, h * w))).to(dtype)
+        x = torch.from_numpy(rng.random((10, h * w))).to(dtype)
         x[1] = huge  # the path sums overflow: NaN
         x[2] *= 1e-40 if dtype == torch.float32 else 1e-310  # subnormal costs, still a clean path
         x[3, 7] = float("inf")  # avoided
@@ -123,9 +123,10 @@ def test_interp_large_tiny_infinite_negative_and_nan_costs() -> None:
         x[6, 3] = -0.5  # negative
         x[7, 10] = float("nan")
         x[8] = huge / 64  # large, no overflow on the cheapest paths
+        x[9, 0] = float("inf")  # the source itself
         z = kernel(h, w).solve_torch(x)
         assert_same(z, reference(kernel(h, w), x))
-        assert torch.isnan(z[[1, 4, 5, 6, 7]]).all()
+        assert torch.isnan(z[[1, 4, 5, 6, 7, 9]]).all()
         assert not torch.isnan(z[[0, 2, 3, 8]]).any() and z[3, 7] == 0
 
 
@@ -161,6 +162,31 @@ def test_interp_snake_needs_many_sweeps() -> None:
         z = kernel(h, w, nb).solve_torch(x)
         assert_same(z, reference(kernel(h, w, nb), x))
         assert (z * x).sum(1).max() < 1000 and z.sum() > 2 * (h + w)
+
+
+MAZES = [  # cell costs: '#' 1000, '.' 1, '0' 0, '2' 2
+    # cheapest paths that move up and left (cells reached from their south-east neighbour)
+    [".###..#", "#.#.##.", ".###.#.", ".###.#.", "#.##.#.", "##..##."],
+    [".######", ".####.#", ".###.#.", ".##.##.", "#.##.#.", "##..##."],
+    # ties between predecessors: together these tell every order of the directions apart that can
+    # change a path (found by search against the torch path with two directions swapped)
+    [".0.#.0", "...0..", "00##.0", "#.#0#0", "..0#0.", "......"],
+    ["..#.....", "#..#....", "......#.", ".##.##..", "...#..#.", ".....#..", "..##....", "...#.#.."],
+    ["....#.#.", ".#..#...", "#.......", "..##....", "#.....#.", ".##.#..#", "##...###", "#......."],
+]
+
+
+@interp
+@pytest.mark.timeout(60)
+def test_interp_mazes_move_in_every_direction() -> None:
+    """Mazes whose cheapest paths move up and left, and grids whose paths pass cells with tied
+    predecessors: every neighbour and the full direction order N, S, W, E, NW, NE, SW, SE count."""
+    cost = {"#": 1000.0, ".": 1.0, "0": 0.0, "2": 2.0}
+    for nb in (8, 4):
+        for rows in MAZES:
+            h, w = len(rows), len(rows[0])
+            x = torch.tensor([[cost[ch] for ch in "".join(rows)]])
+            assert_same(kernel(h, w, nb).solve_torch(x), reference(kernel(h, w, nb), x))
 
 
 @interp
@@ -294,6 +320,8 @@ def test_auto_picks_the_kernel_on_cuda_only() -> None:
     assert module is not None
     auto, torch_path = TorchGridShortestPath(30, 30), TorchGridShortestPath(30, 30, backend="torch")
     assert auto._kernel(torch.device("cuda", 0)) is module
+    assert TorchGridShortestPath(64, 64)._kernel(torch.device("cuda")) is module  # 4,096 cells
+    assert TorchGridShortestPath(1, 4097)._kernel(torch.device("cuda")) is None
     for device in ("cpu", "meta", "mps"):
         assert auto._kernel(torch.device(device)) is None
     assert torch_path._kernel(torch.device("cuda")) is None
