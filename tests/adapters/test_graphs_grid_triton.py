@@ -256,39 +256,41 @@ def test_gpu_script_quick_mode_on_the_cpu() -> None:
     assert run.stdout.count("| 4×4 | 3 |") == 3 and "MISMATCH" not in run.stdout
 
 
-@needs_triton
-@pytest.mark.skipif(INTERPRETED, reason="the interpreter cases run in this process")
-@pytest.mark.timeout(240)
-def test_interpreter_cases_in_a_subprocess() -> None:
-    """The ``interp`` cases of this module, in a fresh interpreter with ``TRITON_INTERPRET=1``: all run
-    (none skipped) and pass."""
+SLOW_INTERP = {"test_interp_larger_sweep"}
+
+
+def run_interpreter_cases(marks: str, expected: int, timeout: float) -> None:
+    """The ``interp`` cases of this module selected by ``marks``, in a fresh interpreter with
+    ``TRITON_INTERPRET=1``: ``expected`` of them run (none skipped) and pass."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
-            "-m",
-            "not slow and not cuda",
-            "-k",
-            "interp_",
-            str(Path(__file__).resolve()),
-        ],
+        [*command, "-m", marks, "-k", "interp_", str(Path(__file__).resolve())],
         capture_output=True,
         text=True,
-        timeout=230,
+        timeout=timeout,
         cwd=ROOT,
         env={**os.environ, "TRITON_INTERPRET": "1"},
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     passed = re.search(r"(\d+) passed", run.stdout)
-    expected = sum(1 for name in globals() if name.startswith("test_interp_")) - 1  # one is slow
     assert passed is not None and int(passed.group(1)) == expected, run.stdout[-2000:]
     assert "skipped" not in run.stdout
+
+
+@needs_triton
+@pytest.mark.skipif(INTERPRETED, reason="the interpreter cases run in this process")
+@pytest.mark.timeout(240)
+def test_interpreter_cases_in_a_subprocess() -> None:
+    fast = [name for name in globals() if name.startswith("test_interp_") and name not in SLOW_INTERP]
+    run_interpreter_cases("not slow and not cuda", len(fast), timeout=230)
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.skipif(INTERPRETED, reason="the interpreter cases run in this process")
+@pytest.mark.timeout(600)
+def test_slow_interpreter_cases_in_a_subprocess() -> None:
+    run_interpreter_cases("slow and not cuda", len(SLOW_INTERP), timeout=590)
 
 
 def test_backend_option_is_checked() -> None:
