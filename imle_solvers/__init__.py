@@ -44,7 +44,7 @@ _LAZY: dict[str, str] = {
     "regret": ".losses",
     "SPOPlusLoss": ".losses",
     "FenchelYoungLoss": ".losses",
-    "ILP": ".ilp",
+    "ILP": ".adapters",
     "SolverPool": ".pool",
     "SolutionCache": ".pool",
     "PoolPlan": ".pool",
@@ -113,6 +113,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .adapters import (
+        ILP,
         ClampedCosts,
         CPSATOracle,
         DAGShortestPath,
@@ -122,6 +123,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ShortestPath,
         SpanningTree,
     )
-    from .ilp import ILP
-    from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]
+    from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
     from .pool import PoolPlan, SolutionCache, SolverPool

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
-    "CPSATOracle": ".cpsat",
-    "PulpOracle": ".pulp",
+    "ILP": ".ilp",
+    "CPSATOracle": ".ilp",
+    "PulpOracle": ".ilp",
     "ShortestPath": ".graphs",
     "GridShortestPath": ".graphs",
     "Matching": ".graphs",
@@ -46,7 +47,6 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .clamp import ClampedCosts  # noqa: F401
-    from .cpsat import CPSATOracle  # noqa: F401
     from .dag import DAGShortestPath  # noqa: F401
     from .graphs import (  # noqa: F401
         GridShortestPath,
@@ -55,5 +55,5 @@ if TYPE_CHECKING:  # pragma: no cover
         SpanningTree,
         TorchGridShortestPath,
     )
+    from .ilp import ILP, CPSATOracle, PulpOracle  # noqa: F401
     from .knapsack import TorchKnapsack  # noqa: F401
-    from .pulp import PulpOracle  # noqa: F401

@@ -2,7 +2,7 @@
 
 Rows come from two parts: graph adapters (``adapters_graphs.py``) and ILP back ends
 (``adapters_ilp.py``). Each row has ``adapter``, ``instance``, ``adapter_ms``, ``bare_ms``, ``ratio``
-and, where the issue gives one, ``reference_ms``.
+and ``reference_ms`` (a time measured once for comparison, or empty).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Graph adapters vs their bare solver calls, per call, measured in one run (issue 3, performance).
+"""Graph adapters vs their bare solver calls, per call, measured in one run.
 
 Rows: ``adapter``, ``instance``, ``adapter_ms`` (the oracle's ``solve``, or ``solve_batch`` per row),
 ``bare_ms`` (the library call alone on a graph built beforehand with its weights in place; a
 ``solve_batch`` row gives the time per row of a batch short enough to take about as long as one
 bare measurement round, so that both are equally exposed to preemption on a shared machine),
-``ratio = adapter_ms / bare_ms`` and, where the issue gives one, ``reference_ms``.
+``ratio = adapter_ms / bare_ms`` and ``reference_ms`` (empty: no reference time).
 
 Run alone::
 

@@ -58,7 +58,7 @@ def problems() -> list[tuple[str, dict[str, Any], bool]]:
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Milliseconds per `solve` of each (problem, back end); one row per pair."""
-    from ..ilp import ILP
+    from ..adapters.ilp import ILP
     from . import time_per_call
 
     rng = np.random.default_rng(1)

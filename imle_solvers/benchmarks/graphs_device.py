@@ -123,7 +123,7 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
     from ..data.knapsack import knapsack
 
     try:
-        from ..ilp import ILP
+        from ..adapters.ilp import ILP
 
         ILP(1, A_ub=[[1.0]], b_ub=[1.0], backend="cpsat").solve(np.ones(1))
         have_cpsat = True

@@ -39,7 +39,7 @@ BATCH, SAMPLES = 64, 4
 
 def ilp_instance(seed: int = 0) -> MapOracle:
     """A 12-item 0/1 knapsack with two capacity constraints on CP-SAT (one search worker per solve)."""
-    from ..ilp import ILP
+    from ..adapters.ilp import ILP
 
     rng = np.random.default_rng(seed)
     a = rng.integers(1, 20, size=(2, 12))  # item sizes in two dimensions   [2, m]

@@ -87,7 +87,7 @@ def knapsack(
         int_caps = np.where(np.abs(scaled - np.round(scaled)) < 1e-6, np.round(scaled), np.floor(scaled))
         oracle = TorchKnapsack(np.round(100.0 * weights.T).astype(np.int64), np.maximum(int_caps, 0))
     else:
-        from ..ilp import ILP
+        from ..adapters.ilp import ILP
 
         oracle = ILP(num_items, A_ub=weights, b_ub=caps, sense="max", backend=backend)  # type: ignore[arg-type]
     info = {

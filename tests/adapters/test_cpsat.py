@@ -88,21 +88,21 @@ def test_constructor_from_cp_model_with_auxiliary_variables() -> None:
 def test_model_built_once_and_hint_only_on_request() -> None:
     model, x = _exactly(2, 5)
     oracle = CPSATOracle(model, x)
-    proto = oracle._state().proto
+    proto = oracle._engine._state().proto
     z1 = oracle.solve(np.array([3.0, -1.0, 2.0, -2.0, 0.0]))
     np.testing.assert_array_equal(z1, [0, 1, 0, 1, 0])
-    assert oracle._state().proto is proto  # no rebuild, only the objective changed
+    assert oracle._engine._state().proto is proto  # no rebuild, only the objective changed
     assert len(proto.constraints) == 1
     assert list(proto.solution_hint.values) == []  # no hint by default: ties do not depend on history
     hinted = CPSATOracle(model, x, hint=True)
     hinted.solve(np.array([3.0, -1.0, 2.0, -2.0, 0.0]))
-    hint = hinted._state().proto.solution_hint
+    hint = hinted._engine._state().proto.solution_hint
     assert list(hint.values) == [0, 1, 0, 1, 0]
     z2 = hinted.solve(np.array([-3.0, 1.0, -2.0, 2.0, 0.0]))
     np.testing.assert_array_equal(z2, [1, 0, 1, 0, 0])
     assert list(hint.values) == [1, 0, 1, 0, 0]
     assert (
-        list(hinted._state().proto.objective.coeffs)
+        list(hinted._engine._state().proto.objective.coeffs)
         == hinted.scaled_costs(np.array([-3.0, 1.0, -2.0, 2.0, 0.0])).tolist()
     )
 
@@ -127,7 +127,7 @@ def test_pickle_round_trip_before_and_after_solving() -> None:
     np.testing.assert_array_equal(fresh.solve(w), [0, 0, 1, 1])
     oracle.solve(-w)
     again = pickle.loads(pickle.dumps(oracle))
-    assert again._base is None  # rebuilt lazily
+    assert again._engine._base is None  # rebuilt lazily
     np.testing.assert_array_equal(again.solve(w), oracle.solve(w))
     assert again.time_limit == 5.0 and again.sense == "max"
 
@@ -216,16 +216,16 @@ def test_missing_extra_names_cpsat(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("sense", ["min", "max"])
 def test_python_and_numpy_scaling_agree(monkeypatch: pytest.MonkeyPatch, sense: str) -> None:
     """Small models scale in plain Python, large ones with numpy: the integers must be identical."""
-    import imle_solvers.adapters.cpsat as cpsat_module
+    import imle_solvers.adapters.ilp.cpsat as cpsat_module
 
     model, x = _exactly(5, 300)
     oracle = CPSATOracle(model, x, sense=sense)  # type: ignore[arg-type]
     rng = np.random.default_rng(0)
     for w in (rng.normal(size=300), np.round(rng.normal(size=300), 1), np.zeros(300), -np.ones(300)):
         monkeypatch.setattr(cpsat_module, "SMALL", 10**9)
-        python = oracle._scaled_list(w)
+        python = oracle._engine.scaled(w if sense == "min" else -w)
         monkeypatch.setattr(cpsat_module, "SMALL", 0)
-        numpy_ = oracle._scaled_list(w)
+        numpy_ = oracle._engine.scaled(w if sense == "min" else -w)
         assert python == numpy_
     z = oracle.solve(w := rng.normal(size=300))  # the numpy path end to end (m = 300 > SMALL)
     best = np.argsort(w)[:5] if sense == "min" else np.argsort(-w)[:5]

@@ -339,7 +339,7 @@ def test_solver_pool_ships_every_backend(pool_backend: str) -> None:
         assert err.value.rows and 0 <= err.value.rows[0] < 4
         workers = pool.worker_pids() if pool_backend == "process" else [os.getpid()]
     # CBC's scratch directories went with each call (one leaked per worker per pool under forkserver)
-    from imle_solvers.adapters.pulp import scratch_root
+    from imle_solvers.adapters.ilp._cbc import scratch_root
 
     root = scratch_root() or tempfile.gettempdir()
     assert not [n for n in os.listdir(root) if any(n.startswith(f"imle-cbc-{pid}-") for pid in workers)]
@@ -475,7 +475,7 @@ def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> No
     finally:
         proc.kill()
         proc.wait()
-    from imle_solvers.adapters.pulp import _sweep, scratch_root
+    from imle_solvers.adapters.ilp._cbc import _sweep, scratch_root
 
     root = scratch_root() or tempfile.gettempdir()
     _sweep(root)  # what the next process to run CBC does: the killed owner's directory goes
@@ -555,16 +555,17 @@ def test_badly_scaled_rows_give_the_right_state(backend: str, row: list[float], 
 def test_cbc_calls_a_bounded_model_it_cannot_solve_a_solver_failure_not_unbounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from imle_solvers.adapters.pulp import _CbcEngine
+    from imle_solvers.adapters.ilp._cbc import CbcEngine
+    from imle_solvers.adapters.ilp._engine import Outcome
 
     ilp = ILP(2, A_ub=[[1.0, 1.0]], b_ub=[1.0], sense="max", backend="cbc")
     engine = ilp.oracle._engine  # type: ignore[attr-defined]
-    parse = _CbcEngine._parse
+    parse = CbcEngine._parse
     calls: list[str] = []
 
-    def wrong_once(raw: str):  # type: ignore[no-untyped-def]
+    def wrong_once(raw: str, n_cols: int):  # type: ignore[no-untyped-def]
         calls.append(raw)
-        return ("infeasible", None, "Integer infeasible") if len(calls) == 1 else parse(raw)
+        return Outcome("infeasible", None, "Integer infeasible") if len(calls) == 1 else parse(raw, n_cols)
 
     monkeypatch.setattr(engine, "_parse", wrong_once)
     with pytest.raises(ImleSolversError, match="numerical trouble") as info:
@@ -574,8 +575,8 @@ def test_cbc_calls_a_bounded_model_it_cannot_solve_a_solver_failure_not_unbounde
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_state_is_checked_against_the_declared_model(backend: str) -> None:
-    from imle_solvers.adapters._check import FeasibilityCheck
-    from imle_solvers.adapters._linear import LinearForm
+    from imle_solvers.adapters.ilp._check import FeasibilityCheck
+    from imle_solvers.adapters.ilp._linear import LinearForm
 
     ilp = ILP(3, A_ub=[[1, 1, 1]], b_ub=[2], sense="max", backend=backend)
     assert ilp.solve_batch(np.ones((2, 3))).sum(axis=1).tolist() == [2.0, 2.0]
@@ -588,8 +589,8 @@ def test_every_state_is_checked_against_the_declared_model(backend: str) -> None
 
 
 def test_feasibility_check_is_relative_to_each_row() -> None:
-    from imle_solvers.adapters._check import FeasibilityCheck
-    from imle_solvers.adapters._linear import LinearForm
+    from imle_solvers.adapters.ilp._check import FeasibilityCheck
+    from imle_solvers.adapters.ilp._linear import LinearForm
 
     for scale in (4e-7, 1.0, 4e6):  # 4e-7·x ≤ 5e-7 is held to the standard of 4·x ≤ 5
         check = FeasibilityCheck(LinearForm.from_matrices(2, A_ub=[[scale, scale]], b_ub=[1.25 * scale]))

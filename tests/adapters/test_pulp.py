@@ -12,12 +12,13 @@ import tempfile
 import numpy as np
 import pulp
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imle_solvers import ILP
 from imle_solvers.adapters import PulpOracle
-from imle_solvers.adapters._linear import LinearForm
+from imle_solvers.adapters.ilp._linear import LinearForm
 from imle_solvers.errors import (
     InfeasibleError,
     InvalidWeightsError,
@@ -63,14 +64,14 @@ def test_cbc_objective_changes_between_calls() -> None:
 
 
 def _scratch_dirs() -> set[str]:
-    from imle_solvers.adapters.pulp import scratch_root
+    from imle_solvers.adapters.ilp._cbc import scratch_root
 
     root = scratch_root() or tempfile.gettempdir()
     return {name for name in os.listdir(root) if name.startswith("imle-cbc-")}
 
 
 def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() -> None:
-    import imle_solvers.adapters._cbc as pulp_module  # where the scratch-sweep state lives
+    import imle_solvers.adapters.ilp._cbc as cbc_module  # where the scratch-sweep state lives
 
     before = _scratch_dirs()
     oracle = ILP(4, A_ub=[[2, 3, 4, 1]], b_ub=[5], sense="max", backend="cbc")
@@ -83,11 +84,11 @@ def test_cbc_scratch_directory_removed_after_each_call_and_swept_after_a_kill() 
     # removes it (and only the directories of processes that no longer exist)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    root = pulp_module.scratch_root() or tempfile.gettempdir()
+    root = cbc_module.scratch_root() or tempfile.gettempdir()
     left = tempfile.mkdtemp(prefix=f"imle-cbc-{dead.pid}-", dir=root)
     alive = tempfile.mkdtemp(prefix=f"imle-cbc-{os.getppid()}-", dir=root)
     try:
-        pulp_module._SWEPT = -1  # as in a fresh process
+        cbc_module._SWEPT = -1  # as in a fresh process
         oracle.solve(np.array([3.0, 4.0, 5.0, 1.0]))
         assert not os.path.exists(left) and os.path.isdir(alive)
     finally:
@@ -210,14 +211,110 @@ def test_missing_extra_names_pulp(monkeypatch: pytest.MonkeyPatch, module: str, 
 
 def test_cbc_infeasible_claim_at_the_time_limit_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     """CBC may say "Integer infeasible" for a feasible model when its clock runs out: not trusted."""
-    from imle_solvers.adapters.pulp import _CbcEngine
+    from imle_solvers.adapters.ilp._cbc import CbcEngine
+    from imle_solvers.adapters.ilp._engine import Outcome
     from imle_solvers.errors import SolverTimeoutError
 
-    claim = ("infeasible", None, "Integer infeasible")
-    monkeypatch.setattr(_CbcEngine, "_parse", staticmethod(lambda raw: claim))
+    claim = Outcome("infeasible", None, "Integer infeasible")
+    monkeypatch.setattr(CbcEngine, "_parse", staticmethod(lambda raw, n_cols: claim))
     limited = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cbc", time_limit=1e-4)  # CBC takes longer
     with pytest.raises(SolverTimeoutError):
         limited.solve(np.ones(3))
     unlimited = ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cbc")
     with pytest.raises(InfeasibleError):
         unlimited.solve(np.ones(3))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+@pytest.mark.parametrize(
+    ("row", "rhs", "bounds", "w"),
+    [
+        ([2.0, -2.0], 1.0, (None, None), [1.0, 1.0]),  # 2x − 2y = 1: LP unbounded, no integer point
+        ([1.0, -1.0], 0.5, (0, None), [-1.0, 0.0]),  # x − y = 0.5
+        ([0.1, -0.1], 0.05, (None, None), [0.0, 0.0]),  # decimals: x − y = 0.5 again
+    ],
+)
+def test_integrality_infeasible_model_is_infeasible_not_unbounded(
+    solver: str, row: list[float], rhs: float, bounds: tuple, w: list[float]
+) -> None:
+    """CBC called these models unbounded (its LP relaxation is) or searched forever; no integer state
+    satisfies the row, so the model is infeasible for every objective."""
+    oracle = ILP(2, A_eq=[row], b_eq=[rhs], bounds=bounds, backend=solver)  # type: ignore[arg-type]
+    for weights in (w, [-1.0, -1.0], [1.0, -3.0]):
+        with pytest.raises(InfeasibleError):
+            oracle.solve(np.array(weights))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("solver", ["cbc", "highs"])
+def test_unbounded_integer_models_stay_unbounded(solver: str) -> None:
+    """A feasible model with an unbounded direction is unbounded, whichever word the solver uses."""
+    free = ILP(2, A_eq=[[2.0, -2.0]], b_eq=[2.0], bounds=(None, None), backend=solver)  # type: ignore[arg-type]
+    with pytest.raises(UnboundedError):
+        free.solve(np.array([1.0, 1.0]))
+    assert free.solve(np.array([1.0, -1.0])) @ np.array([2.0, -2.0]) == 2.0  # bounded for this objective
+
+
+@pytest.mark.parametrize(
+    ("claim", "zero_objective", "unbounded_variables", "expected"),
+    [
+        ("unbounded", "optimal", True, "unbounded"),
+        ("unbounded", "infeasible", True, "infeasible"),
+        ("unbounded", "timeout", True, "timeout"),
+        ("unbounded", "error", True, "error"),
+        ("infeasible", "optimal", True, "unbounded"),
+        ("infeasible", "feasible", True, "unbounded"),
+        ("infeasible", "infeasible", True, "infeasible"),
+        ("infeasible", "optimal", False, "error"),
+        ("unbounded", "optimal", False, "error"),
+    ],
+)
+def test_cbc_verdicts_are_checked_by_a_zero_objective_solve(
+    monkeypatch: pytest.MonkeyPatch, claim: str, zero_objective: str, unbounded_variables: bool, expected: str
+) -> None:
+    """CBC says "infeasible" for unbounded MIPs and "unbounded" for integer-infeasible ones: whether a
+    state exists (a solve with a zero objective) and whether a variable is unbounded decide."""
+    from imle_solvers.adapters.ilp._cbc import CbcEngine
+    from imle_solvers.adapters.ilp._engine import Outcome
+
+    form = LinearForm.from_matrices(2, A_ub=[[1.0, 1.0]], b_ub=[1.0], bounds=(0, None))
+    engine = CbcEngine(form, None)
+    engine.can_be_unbounded = unbounded_variables
+    runs: list[list[float]] = []
+
+    def run(costs: np.ndarray) -> tuple[Outcome, float]:
+        runs.append(costs.tolist())
+        status = claim if len(runs) == 1 else zero_objective
+        values = [0.0, 0.0] if status in ("optimal", "feasible") else None
+        return Outcome(status, values, "said"), 0.0  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine, "_run", run)
+    assert engine.solve(np.array([-1.0, 1.0])).status == expected
+    assert runs == [[-1.0, 1.0], [0.0, 0.0]]
+
+
+def test_infeasible_row_finds_rows_without_an_integer_solution() -> None:
+    def row_of(**kwargs: object) -> int | None:
+        return LinearForm.from_matrices(2, **kwargs).infeasible_row()  # type: ignore[arg-type]
+
+    assert row_of(A_eq=[[2.0, -2.0]], b_eq=[1.0], bounds=(None, None)) == 0  # gcd 2 does not divide 1
+    assert row_of(A_eq=[[1.0, 1.0], [4.0, 6.0]], b_eq=[1.0, 3.0]) == 1  # gcd 2 does not divide 3
+    assert row_of(A_eq=[[0.1, 0.3]], b_eq=[0.05]) == 0  # exactly x + 3y = 0.5
+    assert row_of(A_ub=[[2.0, 4.0], [-2.0, -4.0]], b_ub=[2.0, -3.0]) is None  # rows judged one at a time
+    assert row_of(A_ub=[[0.0, 0.0]], b_ub=[-1.0]) == 0  # an empty row: 0 ≤ −1
+    assert row_of(A_eq=[[2.0, -2.0]], b_eq=[1.0], integer=[True, False]) is None  # y continuous
+    assert row_of(A_eq=[[2.0, -2.0]], b_eq=[2.0]) is None
+    assert row_of(A_ub=[[0.0, 0.0]], b_ub=[0.0]) is None
+    assert row_of(A_ub=[[0.1, 0.2]], b_ub=[0.3]) is None
+    ranged = LinearForm(  # 1 ≤ 2x + 2y ≤ 1.5 has no integer x, y
+        2,
+        sp.csr_matrix(np.array([[2.0, 2.0]])),
+        np.array([1.0]),
+        np.array([1.5]),
+        np.zeros(2),
+        np.full(2, 3.0),
+        np.ones(2, bool),
+        ("x", "y"),
+    )
+    assert ranged.infeasible_row() == 0

@@ -1,4 +1,4 @@
-"""Declare an integer linear programme; get a MAP oracle on CP-SAT, CBC or HiGHS.
+"""`ILP`: declare an integer linear programme, get a MAP oracle on CP-SAT, CBC or HiGHS.
 
 ``ILP`` is the set ``C = {z : A_ub z ≤ b_ub, A_eq z = b_eq, lb ≤ z ≤ ub, z_j ∈ ℤ for integer j}`` of the
 paper's constrained exponential family (eq. 1); its MAP oracle (eq. 3) solves
@@ -12,9 +12,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._checks import one_of, positive
-from .adapters._linear import LinearForm
-from .oracle import MapOracle
+from ..._checks import one_of, positive
+from ...errors import require
+from ...oracle import MapOracle
+from ._engine import EngineOracle
+from ._linear import LinearForm
 
 __all__ = ["ILP"]
 
@@ -52,7 +54,8 @@ class ILP(MapOracle):
         Time limit reached with a feasible but unproven state: ``False`` (default) returns it with a
         warning, ``True`` raises [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     **options
-        Passed to the back end's oracle (e.g. ``resolution=`` for CP-SAT, ``persistent=`` for CBC).
+        Passed to the back end's oracle: ``resolution=``, ``workers=``, ``hint=`` or ``parameters=`` for
+        CP-SAT (see [`CPSATOracle`][imle_solvers.CPSATOracle]), ``expected_nonzeros=`` for any.
 
     Attributes
     ----------
@@ -78,15 +81,14 @@ class ILP(MapOracle):
     -----
     `solve` raises [`InfeasibleError`][imle_solvers.errors.InfeasibleError] (no feasible state),
     [`UnboundedError`][imle_solvers.errors.UnboundedError] (``"cbc"``/``"highs"``; CP-SAT needs finite
-    bounds) and
-    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a feasible state).
-    Every state is checked against the declared rows (tolerance relative to each row's scale),
-    bounds and integrality; a violation raises
-    [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of returning it.
-    Ctrl-C during a solve on the main thread raises ``KeyboardInterrupt`` at once on every back end.
-    Negative weights
-    are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up to
-    ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
+    bounds) and [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] (time limit without a
+    feasible state). Every state is checked against the declared rows (tolerance relative to each row's
+    scale), bounds and integrality; a violation raises
+    [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of returning it. Ctrl-C
+    during a solve on the main thread raises ``KeyboardInterrupt`` at once on every back end.
+
+    Negative weights are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up
+    to ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
     References
     ----------
@@ -139,9 +141,9 @@ class ILP(MapOracle):
         one_of("backend", backend, _BACKENDS)
         if time_limit is not None:
             positive("time_limit", time_limit)  # seconds
-        oracle: MapOracle
+        oracle: EngineOracle
         if backend == "cpsat":
-            from .adapters.cpsat import CPSATOracle
+            from .cpsat import CPSATOracle
 
             oracle = CPSATOracle.from_linear_form(
                 form,
@@ -151,7 +153,7 @@ class ILP(MapOracle):
                 **options,
             )
         else:
-            from .adapters.pulp import PulpOracle
+            from .pulp import PulpOracle
 
             oracle = PulpOracle.from_linear_form(
                 form, backend, sense, time_limit=time_limit, strict=strict, **options
@@ -192,8 +194,6 @@ class ILP(MapOracle):
             As for [`ILP`][imle_solvers.ILP]; any back end works (CP-SAT needs integer variables with finite
             bounds).
         """
-        from .errors import require
-
         pulp: Any = require("pulp", "pulp")
         form = LinearForm.from_pulp(problem, variables)
         if sense is None:

@@ -6,11 +6,11 @@ What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortes
 * ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python and writes it as MPS, starts a
   ``cbc`` process and parses its solution file. [`PulpOracle`][imle_solvers.PulpOracle] reads the
   constraints **once**, keeps the MPS text of every column and per call only inserts the objective
-  coefficients (``_cbc.py``).
+  coefficients (the CBC engine, ``_cbc.py``).
 * ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle]
   builds the ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run``
-  (``_highs.py``).
-* Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``, `_PulpEngine`
+  (the HiGHS engine, ``_highs.py``).
+* Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``, `PulpEngine`
   below).
 """
 
@@ -21,27 +21,22 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._checks import one_of, positive
-from ..errors import (
-    ImleSolversError,
-    InfeasibleError,
-    SolverTimeoutError,
-    UnboundedError,
-    require,
-)
-from ..oracle import MapOracle
-from ._cbc import _CbcEngine as _CbcEngine  # re-exported: tests and benchmarks reach the engines here
-from ._cbc import _sweep as _sweep
-from ._cbc import scratch_root as scratch_root
+from ..._checks import one_of, positive
+from ...errors import require
+from ._cbc import CbcEngine
 from ._check import FeasibilityCheck
-from ._highs import _HighsEngine as _HighsEngine
-from ._linear import LinearForm, Outcome, check_single, unproven
+from ._engine import Engine, EngineOracle, Outcome
+from ._highs import HighsEngine
+from ._linear import LinearForm
 
-__all__ = ["PulpOracle"]
+__all__ = ["PulpEngine", "PulpOracle"]
 
 
-class _PulpEngine:
-    """Any PuLP solver object through PuLP itself: a private copy of the problem, objective set per call."""
+class PulpEngine:
+    """Any PuLP solver object through PuLP itself (an `Engine`): a private copy of the problem, objective
+    set per call."""
+
+    integral = False  # the solver's values carry its tolerances: snapped and checked by the oracle
 
     def __init__(self, problem: Any, names: Sequence[str], solver: Any) -> None:
         self._data = problem.toDict()
@@ -55,33 +50,33 @@ class _PulpEngine:
         return state
 
     def solve(self, costs: np.ndarray) -> Outcome:
-        pulp = require("pulp", "pulp")
+        pulp: Any = require("pulp", "pulp")
         if self._problem is None:
-            by_name, self._problem = pulp.LpProblem.fromDict(self._data)  # type: ignore[attr-defined]
-            self._problem.sense = pulp.LpMinimize  # type: ignore[attr-defined]
+            by_name, self._problem = pulp.LpProblem.fromDict(self._data)
+            self._problem.sense = pulp.LpMinimize
             self._vars = [by_name[name] for name in self._names]
         problem = self._problem
-        problem.setObjective(pulp.LpAffineExpression(zip(self._vars, costs.tolist())))  # type: ignore[attr-defined]
+        problem.setObjective(pulp.LpAffineExpression(zip(self._vars, costs.tolist())))
         problem.solve(self.solver)
         sol = problem.sol_status
-        if sol == pulp.LpSolutionOptimal or sol == pulp.LpSolutionIntegerFeasible:  # type: ignore[attr-defined]
+        if sol == pulp.LpSolutionOptimal or sol == pulp.LpSolutionIntegerFeasible:
             x = [float(v.varValue or 0.0) for v in self._vars]
-            return ("optimal" if sol == pulp.LpSolutionOptimal else "feasible"), x, ""  # type: ignore[attr-defined]
-        if sol == pulp.LpSolutionInfeasible or problem.status == pulp.LpStatusInfeasible:  # type: ignore[attr-defined]
+            return Outcome("optimal" if sol == pulp.LpSolutionOptimal else "feasible", x)
+        if sol == pulp.LpSolutionInfeasible or problem.status == pulp.LpStatusInfeasible:
             # Solvers (and PuLP's status mapping) often say "infeasible" for "infeasible or unbounded":
             # with a zero objective a feasible model is solved to optimality, an infeasible one is not.
-            problem.setObjective(pulp.LpAffineExpression())  # type: ignore[attr-defined]
+            problem.setObjective(pulp.LpAffineExpression())
             problem.solve(self.solver)
-            feasible = problem.sol_status == pulp.LpSolutionOptimal  # type: ignore[attr-defined]
-            return ("unbounded" if feasible else "infeasible"), None, ""
-        if sol == pulp.LpSolutionUnbounded or problem.status == pulp.LpStatusUnbounded:  # type: ignore[attr-defined]
-            return "unbounded", None, ""
-        if problem.status == pulp.LpStatusNotSolved:  # type: ignore[attr-defined]
-            return "timeout", None, ""
-        return "error", None, pulp.LpStatus[problem.status]  # type: ignore[attr-defined]
+            feasible = problem.sol_status == pulp.LpSolutionOptimal
+            return Outcome("unbounded" if feasible else "infeasible")
+        if sol == pulp.LpSolutionUnbounded or problem.status == pulp.LpStatusUnbounded:
+            return Outcome("unbounded")
+        if problem.status == pulp.LpStatusNotSolved:
+            return Outcome("timeout")
+        return Outcome("error", None, pulp.LpStatus[problem.status])
 
 
-class PulpOracle(MapOracle):
+class PulpOracle(EngineOracle):
     """MAP oracle over the constraints of a PuLP ``LpProblem`` (paper, eq. 3), objective replaced per call.
 
     Parameters
@@ -148,15 +143,15 @@ class PulpOracle(MapOracle):
         strict: bool = False,
         expected_nonzeros: float | None = None,
     ) -> None:
-        pulp = require("pulp", "pulp")
+        pulp: Any = require("pulp", "pulp")
         form = LinearForm.from_pulp(problem, variables)
         if sense is None:
-            sense = "max" if problem.sense == pulp.LpMaximize else "min"  # type: ignore[attr-defined]
-        engine: Any = None
+            sense = "max" if problem.sense == pulp.LpMaximize else "min"
+        engine: Engine | None = None
         if not isinstance(solver, str):
-            if not isinstance(solver, pulp.LpSolver):  # type: ignore[attr-defined]
+            if not isinstance(solver, pulp.LpSolver):
                 raise TypeError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
-            engine = _PulpEngine(problem, form.names, solver)
+            engine = PulpEngine(problem, form.names, solver)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine)
 
     def _init(
@@ -167,7 +162,7 @@ class PulpOracle(MapOracle):
         time_limit: float | None,
         strict: bool,
         expected_nonzeros: float | None,
-        engine: Any = None,
+        engine: Engine | None = None,
     ) -> None:
         one_of("sense", sense, ("max", "min"))
         if time_limit is not None:
@@ -175,16 +170,17 @@ class PulpOracle(MapOracle):
         if engine is None:
             if solver == "cbc":
                 require("pulp", "pulp")
-                engine = _CbcEngine(form, time_limit)
+                engine = CbcEngine(form, time_limit)
             elif solver == "highs":
                 require("highspy", "pulp")
-                engine = _HighsEngine(form, time_limit)
+                engine = HighsEngine(form, time_limit)
             else:
                 raise ValueError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
         self.sense = sense  # type: ignore[assignment]
         self.n_vars = form.n_vars
         self.expected_nonzeros = form.expected_nonzeros() if expected_nonzeros is None else expected_nonzeros
         self.solver = solver if isinstance(solver, str) else type(solver).__name__
+        self.label = f"PulpOracle({self.solver})"
         self.time_limit = time_limit
         self.strict = bool(strict)
         self.form = form
@@ -206,36 +202,6 @@ class PulpOracle(MapOracle):
         self = cls.__new__(cls)
         self._init(form, solver, sense, time_limit, strict, expected_nonzeros)
         return self
-
-    def close(self) -> None:
-        """Release the back end's resources (CBC keeps none: each call removes its own scratch files)."""
-        if isinstance(self._engine, _CbcEngine):
-            self._engine.close()
-
-    def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` instance (weights in `sense`)."""
-        w = check_single(weights, self.n_vars, "PulpOracle")
-        costs = w if self.sense == "min" else -w  # always minimise c   [m]
-        outcome, x, detail = self._engine.solve(costs)
-        name = f"PulpOracle({self.solver})"
-        if outcome == "optimal" or outcome == "feasible":
-            assert x is not None
-            values = list(x)
-            if len(values) < self.form.n_cols:  # CBC lists the columns up to the last non-zero one
-                values += [0.0] * (self.form.n_cols - len(values))
-            z = self._check(values, name)[: self.n_vars]  # integer columns snapped, rows and bounds checked
-            if outcome == "feasible":
-                unproven(name, self.time_limit, self.strict)
-            return z
-        if outcome == "infeasible":
-            raise InfeasibleError(f"{name}: the model is infeasible")
-        if outcome == "unbounded":
-            raise UnboundedError(f"{name}: the objective is unbounded for these weights")
-        if outcome == "timeout":
-            raise SolverTimeoutError(
-                f"{name}: no feasible state found within the time limit of {self.time_limit} s"
-            )
-        raise ImleSolversError(f"{name}: solver failed ({detail})")
 
     def __repr__(self) -> str:
         return (

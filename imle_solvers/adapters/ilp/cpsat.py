@@ -2,8 +2,9 @@
 
 CP-SAT optimises integer objectives, so float weights are scaled to integers (see
 [`CPSATOracle`][imle_solvers.CPSATOracle], *Resolution*); the returned state is optimal for the float weights
-up to a
-documented, tested bound.
+up to a documented, tested bound. `CpsatEngine` is the CP-SAT engine of the ILP family (an `Engine`), and
+[`CPSATOracle`][imle_solvers.CPSATOracle] its oracle, for a ``CpModel`` of your own or an
+[`ILP`][imle_solvers.ILP] declaration.
 """
 
 from __future__ import annotations
@@ -15,21 +16,191 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from .._checks import in_range, one_of, positive, positive_int
-from .._interrupt import solving
-from ..errors import ImleSolversError, InfeasibleError, InvalidWeightsError, SolverTimeoutError, require
-from ..oracle import MapOracle
+from ..._checks import in_range, one_of, positive, positive_int
+from ..._interrupt import solving
+from ...errors import ImleSolversError, require
 from ._check import FeasibilityCheck
-from ._linear import SMALL, LinearForm, check_single, unproven
+from ._engine import EngineOracle, Outcome, check_single
+from ._linear import SMALL, LinearForm
 
-__all__ = ["CPSATOracle"]
+__all__ = ["CPSATOracle", "CpsatEngine"]
 
 _MAX_OBJECTIVE = 2.0**60  # |Σ q_i z_i| must stay well inside int64 for CP-SAT's objective domain
 _MAX_BOUND = 2**53  # variable bounds: integers a float holds exactly
 _MAX_ACTIVITY = 2**62  # Σ_j |a_ij| · max|x_j| of a row: CP-SAT rejects a row that could overflow int64
 
 
-class CPSATOracle(MapOracle):
+class CpsatEngine:
+    """CP-SAT on a fixed ``CpModel`` (an `Engine`): each thread solves its own copy of the model, and a call
+    only rewrites the objective coefficients ``q = round(s · c)``, ``s = R / max|c|``.
+
+    Parameters
+    ----------
+    model
+        The ``CpModel`` (copied).
+    indices
+        Model indices of the weighted variables, in weight order.
+    resolution
+        ``R``, already capped by the caller.
+    time_limit, workers, hint, parameters
+        As for [`CPSATOracle`][imle_solvers.CPSATOracle].
+    """
+
+    integral = True  # CP-SAT computes in exact integers
+
+    def __init__(
+        self,
+        model: Any,
+        indices: list[int],
+        *,
+        resolution: float,
+        time_limit: float | None,
+        workers: int,
+        hint: bool,
+        parameters: dict[str, Any],
+    ) -> None:
+        self.resolution = resolution
+        self.time_limit = time_limit
+        self.workers = workers
+        self.hint = hint
+        self.parameters = parameters
+        self._indices = np.asarray(indices, dtype=np.int64)
+        self._index_list: list[int] = list(indices)
+        self.every_column = False
+        """Return every model variable's value (an ILP declaration, checked column by column), not only
+        the weighted variables'."""
+        self._leading = self._index_list == list(range(len(indices)))  # the state is solution[:m]
+        self._text: str | None = None
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._base: Any = self._make_base(model)
+
+    # ------------------------------------------------------------------ model handling
+    def _make_base(self, source: Any) -> Any:
+        """Our own copy of ``source`` (a CpModel or its text proto) with the objective over our variables.
+
+        The base model is never mutated after this; each thread solves on its own copy of it
+        (`_state`), so a thread pool can share one engine.
+        """
+        cp_model = require("ortools.sat.python.cp_model", "cpsat")
+        own = cp_model.CpModel()  # type: ignore[attr-defined]
+        proto = own.proto
+        if isinstance(source, str):
+            proto.parse_text_format(source)
+        else:
+            proto.copy_from(source.proto)
+        proto.clear_objective()
+        proto.clear_floating_point_objective()
+        proto.clear_solution_hint()
+        proto.objective.vars.extend(self._index_list)  # objective over the weighted variables
+        proto.objective.coeffs.extend([0] * len(self._index_list))  # coefficients set per call
+        return own
+
+    def _state(self) -> Any:
+        """This thread's model copy, parameters and hint flag (built on first use in the thread)."""
+        local = self._local
+        if getattr(local, "proto", None) is None:
+            cp_model = require("ortools.sat.python.cp_model", "cpsat")
+            cmh = require("ortools.sat.python.cp_model_helper", "cpsat")
+            with self._lock:
+                if self._base is None:  # unpickled: rebuild from the text proto, once
+                    assert self._text is not None
+                    self._base = self._make_base(self._text)
+                model = cp_model.CpModel()  # type: ignore[attr-defined]
+                model.proto.copy_from(self._base.proto)
+            params = cmh.SatParameters()  # type: ignore[attr-defined]
+            params.num_workers = self.workers
+            params.catch_sigint_signal = False  # its handler would replace Python's; stop_search instead
+            if self.time_limit is not None:
+                params.max_time_in_seconds = float(self.time_limit)
+            for key, value in self.parameters.items():
+                setattr(params, key, value)
+            local.model, local.proto, local.params, local.has_hint = model, model.proto, params, False
+            local.wrapper_cls = cmh.SolveWrapper  # type: ignore[attr-defined]
+            local.codes = cmh.CpSolverStatus  # type: ignore[attr-defined]
+        return local
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self._text is None and self._base is not None:
+            with self._lock:
+                self._text = str(self._base.proto)  # constraints + zero objective: what a worker needs
+            state["_text"] = self._text
+        state.update(_base=None, _lock=None, _local=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ solving
+    def scaled(self, costs: np.ndarray) -> list[int]:
+        """``q = round(s · c)``, ``s = R / max|c|``, as ints (plain Python for small ``m``: fewer NumPy
+        calls per solve). ``costs`` are finite, checked by the caller."""
+        if costs.size <= SMALL:
+            cl = costs.tolist()
+            top = max(max(cl), -min(cl))
+            if top == 0.0:
+                return [0] * len(cl)
+            s = self.resolution / top  # s = R / max|c|
+            if math.isinf(s):  # subnormal costs (max|c| < R / 1.8e308): normalise first
+                return [round(x / top * self.resolution) for x in cl]
+            return [round(x * s) for x in cl]  # round half to even, as np.rint
+        top = float(np.abs(costs).max())
+        if top == 0.0:
+            return [0] * costs.size
+        s = self.resolution / top
+        if math.isinf(s):  # subnormal costs: normalise first
+            return np.rint(costs / top * self.resolution).astype(np.int64).tolist()
+        return np.rint(costs * s).astype(np.int64).tolist()
+
+    def solve(self, costs: np.ndarray) -> Outcome:
+        q = self.scaled(costs)
+        local = self._state()
+        proto = local.proto
+        coeffs = proto.objective.coeffs
+        coeffs.clear()
+        coeffs.extend(q)
+        wrapper = local.wrapper_cls()
+        wrapper.set_parameters(local.params)
+        stopped: list[bool] = []
+
+        def stop() -> None:
+            stopped.append(True)
+            wrapper.stop_search()  # CP-SAT's own interruption API: the solve returns what it has
+
+        with solving(stop):
+            response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model
+        if stopped:
+            if threading.current_thread() is threading.main_thread():
+                raise KeyboardInterrupt  # Ctrl-C (Python's handler raises it too, at the latest here)
+            raise ImleSolversError("CP-SAT: the solve was stopped (interpreter exit or stop_solves)")
+        status = response.status
+        codes = local.codes
+        if status == codes.OPTIMAL or status == codes.FEASIBLE:
+            solution = list(response.solution)
+            if self.hint:
+                self._set_hint(local, [solution[i] for i in self._index_list])
+            if not (self.every_column or self._leading):
+                solution = [solution[i] for i in self._index_list]
+            return Outcome("optimal" if status == codes.OPTIMAL else "feasible", solution)
+        if status == codes.INFEASIBLE:
+            return Outcome("infeasible")
+        if status == codes.UNKNOWN:
+            return Outcome("timeout")
+        return Outcome("error", None, f"CP-SAT returned status {status!r}: {response.solution_info}")
+
+    def _set_hint(self, local: Any, values: list[int]) -> None:
+        hint = local.proto.solution_hint
+        if not local.has_hint:
+            hint.vars.extend(self._index_list)
+            local.has_hint = True
+        hint.values.clear()
+        hint.values.extend(values)
+
+
+class CPSATOracle(EngineOracle):
     """MAP oracle over an OR-Tools CP-SAT model (paper, eq. 3: ``MAP(θ) = argmax_{z ∈ C} ⟨z, θ⟩``).
 
     The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each `solve`
@@ -150,85 +321,28 @@ class CPSATOracle(MapOracle):
         self.sense = sense
         self.n_vars = len(indices)
         self.expected_nonzeros = expected_nonzeros
+        self.label = "CPSATOracle"
         self.time_limit = time_limit
         self.workers = int(workers)
         self.strict = bool(strict)
         self.hint = bool(hint)
         self.parameters = {**self.DEFAULT_PARAMETERS, **(parameters or {})}
-        self._indices = np.asarray(indices, dtype=np.int64)
-        self._index_list: list[int] = list(indices)
-        self._leading = self._index_list == list(range(len(indices)))  # the state is solution[:m]
         proto = model.proto
         domains = [list(proto.variables[i].domain) for i in indices]
         bound = np.array([max(abs(d[0]), abs(d[-1])) for d in domains], dtype=np.float64)  # U_i
         self.u_norm1 = float(bound.sum())  # ‖U‖₁
         cap = _MAX_OBJECTIVE / max(self.u_norm1, 1.0)
         self.resolution = float(min(resolution, cap))
-        self._text: str | None = None
-        self._lock = threading.Lock()
-        self._local = threading.local()
-        self._base: Any = self._make_base(model)
-        self._check: FeasibilityCheck | None = None  # set by from_linear_form
-
-    # ------------------------------------------------------------------ model handling
-    def _make_base(self, source: Any) -> Any:
-        """Our own copy of ``source`` (a CpModel or its text proto) with the objective over our variables.
-
-        The base model is never mutated after this; each thread solves on its own copy of it
-        (`_state`), so a thread pool can share one oracle.
-        """
-        cp_model = require("ortools.sat.python.cp_model", "cpsat")
-        own = cp_model.CpModel()  # type: ignore[attr-defined]
-        proto = own.proto
-        if isinstance(source, str):
-            proto.parse_text_format(source)
-        else:
-            proto.copy_from(source.proto)
-        proto.clear_objective()
-        proto.clear_floating_point_objective()
-        proto.clear_solution_hint()
-        var_list = self._indices.tolist()
-        proto.objective.vars.extend(var_list)  # objective over the weighted variables, coefficients per call
-        proto.objective.coeffs.extend([0] * len(var_list))
-        return own
-
-    def _state(self) -> Any:
-        """This thread's model copy, parameters and hint flag (built on first use in the thread)."""
-        local = self._local
-        if getattr(local, "proto", None) is None:
-            cp_model = require("ortools.sat.python.cp_model", "cpsat")
-            cmh = require("ortools.sat.python.cp_model_helper", "cpsat")
-            with self._lock:
-                if self._base is None:  # unpickled: rebuild from the text proto, once
-                    assert self._text is not None
-                    self._base = self._make_base(self._text)
-                model = cp_model.CpModel()  # type: ignore[attr-defined]
-                model.proto.copy_from(self._base.proto)
-            params = cmh.SatParameters()  # type: ignore[attr-defined]
-            params.num_workers = self.workers
-            params.catch_sigint_signal = False  # its handler would replace Python's; stop_search instead
-            if self.time_limit is not None:
-                params.max_time_in_seconds = float(self.time_limit)
-            for key, value in self.parameters.items():
-                setattr(params, key, value)
-            local.model, local.proto, local.params, local.has_hint = model, model.proto, params, False
-            local.wrapper_cls = cmh.SolveWrapper  # type: ignore[attr-defined]
-            local.codes = cmh.CpSolverStatus  # type: ignore[attr-defined]
-        return local
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        if self._text is None and self._base is not None:
-            with self._lock:
-                self._text = str(self._base.proto)  # constraints + zero objective: what a worker needs
-            state["_text"] = self._text
-        state.update(_base=None, _lock=None, _local=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._local = threading.local()
+        self._engine: CpsatEngine = CpsatEngine(
+            model,
+            indices,
+            resolution=self.resolution,
+            time_limit=time_limit,
+            workers=self.workers,
+            hint=self.hint,
+            parameters=self.parameters,
+        )
+        self._check = None  # a CpModel of your own is solved in CP-SAT's exact arithmetic, unchecked
 
     @classmethod
     def from_linear_form(
@@ -288,7 +402,8 @@ class CPSATOracle(MapOracle):
             model.add_linear_constraint(lin.weighted_sum([xs[j] for j in cols], row), lb, ub)
         kwargs.setdefault("expected_nonzeros", form.expected_nonzeros())
         oracle = cls(model, xs[: form.n_vars], sense, **kwargs)
-        oracle._check = FeasibilityCheck(form)  # the state is solution[:n_cols], in the form's column order
+        oracle._engine.every_column = True  # solution[:n_cols], the form's columns in order
+        oracle._check = FeasibilityCheck(form)
         return oracle
 
     # ------------------------------------------------------------------ solving
@@ -298,89 +413,8 @@ class CPSATOracle(MapOracle):
 
     def scaled_costs(self, weights: np.ndarray) -> np.ndarray:
         """The integer costs ``q = round(s · c)`` CP-SAT minimises for ``weights``   ``(m,) int64``."""
-        return np.asarray(self._scaled_list(np.asarray(weights, dtype=np.float64)), dtype=np.int64)
-
-    def _scaled_list(self, w: np.ndarray, checked: bool = True) -> list[int]:
-        """``q = round(s · c)`` as ints (plain Python for small ``m``: fewer numpy calls per solve).
-
-        With ``checked=False`` the weights' shape is known but their finiteness is checked here.
-        """
-        sign = 1.0 if self.sense == "min" else -1.0  # c = ±w: costs to minimise
-        if w.size <= SMALL:
-            wl = w.tolist()
-            if not checked and not math.isfinite(sum(wl)) and not all(map(math.isfinite, wl)):
-                raise InvalidWeightsError("weights contain NaN or inf")
-            top = max(max(wl), -min(wl))
-            if top == 0.0:
-                return [0] * len(wl)
-            s = sign * self.resolution / top  # s = R / max|c|
-            if math.isinf(s):  # subnormal weights (max|c| < R / 1.8e308): normalise first
-                return [round(x / top * sign * self.resolution) for x in wl]
-            return [round(x * s) for x in wl]  # round half to even, as np.rint
-        if not checked:
-            check_single(w, self.n_vars, "CPSATOracle")
-        top = float(np.abs(w).max())
-        if top == 0.0:
-            return [0] * w.size
-        s = sign * self.resolution / top
-        if math.isinf(s):  # subnormal weights: normalise first
-            return np.rint(w / top * (sign * self.resolution)).astype(np.int64).tolist()
-        return np.rint(w * s).astype(np.int64).tolist()  # q   [m]
-
-    def solve(self, weights: np.ndarray) -> np.ndarray:
-        """Solve one ``(m,)`` instance; see the class notes for the optimality bound."""
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (self.n_vars,):
-            raise InvalidWeightsError(f"CPSATOracle expects weights of shape ({self.n_vars},), got {w.shape}")
-        q = self._scaled_list(w, checked=False)  # also rejects NaN/inf
-        local = self._state()
-        proto = local.proto
-        coeffs = proto.objective.coeffs
-        coeffs.clear()
-        coeffs.extend(q)
-        wrapper = local.wrapper_cls()
-        wrapper.set_parameters(local.params)
-        stopped: list[bool] = []
-
-        def stop() -> None:
-            stopped.append(True)
-            wrapper.stop_search()  # CP-SAT's own interruption API: the solve returns what it has
-
-        with solving(stop):
-            response = wrapper.solve(proto)  # the bare CP-SAT call on the reused model
-        if stopped:
-            if threading.current_thread() is threading.main_thread():
-                raise KeyboardInterrupt  # Ctrl-C (Python's handler raises it too, at the latest here)
-            raise ImleSolversError("CP-SAT: the solve was stopped (interpreter exit or stop_solves)")
-        status = response.status
-        codes = local.codes
-        if status == codes.OPTIMAL or status == codes.FEASIBLE:
-            solution = list(response.solution)
-            values: Any
-            if self._check is not None:  # built from a LinearForm: the state is checked against it
-                values = self._check(solution, "CPSATOracle", integral=True)[: self.n_vars]
-            else:
-                values = solution[: self.n_vars] if self._leading else [solution[i] for i in self._index_list]
-            if self.hint:
-                self._set_hint(local, [int(v) for v in values])
-            if status == codes.FEASIBLE:
-                unproven("CPSATOracle", self.time_limit, self.strict)
-            return np.array(values, dtype=np.float64)  # state   [m]
-        if status == codes.INFEASIBLE:
-            raise InfeasibleError("CP-SAT: the model is infeasible")
-        if status == codes.UNKNOWN:
-            raise SolverTimeoutError(
-                f"CP-SAT: no feasible state found within the time limit of {self.time_limit} s"
-            )
-        raise ImleSolversError(f"CP-SAT returned status {status!r}: {response.solution_info}")
-
-    def _set_hint(self, local: Any, values: list[int]) -> None:
-        hint = local.proto.solution_hint
-        if not local.has_hint:
-            hint.vars.extend(self._index_list)
-            local.has_hint = True
-        hint.values.clear()
-        hint.values.extend(values)
+        w = check_single(weights, self.n_vars, self.label)
+        return np.asarray(self._engine.scaled(w if self.sense == "min" else -w), dtype=np.int64)
 
     def __repr__(self) -> str:
         return (

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import InvalidSolutionError
+from ...errors import InvalidSolutionError
 from ._linear import SMALL, LinearForm
 
 __all__ = ["FeasibilityCheck"]

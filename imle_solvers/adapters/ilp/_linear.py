@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Sequence
 from decimal import Decimal
 from fractions import Fraction
@@ -23,49 +22,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from .._checks import positive_int
-from ..errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning, require
+from ..._checks import positive_int
+from ...errors import require
 
-__all__ = ["SMALL", "LinearForm", "Outcome", "UnprovenSolutionWarning", "check_single", "unproven"]
+__all__ = ["SMALL", "LinearForm"]
 
-# What a CBC or HiGHS (or PuLP) engine returns for one solve: (outcome, column values or None, detail), the
-# outcome one of "optimal" | "feasible" (time limit, unproven) | "infeasible" | "unbounded"
-# | "timeout" (time limit, no feasible state) | "error".
-Outcome = tuple[str, "Sequence[float] | None", str]
-
-SMALL = 256  # up to this many variables, per-call arithmetic runs in plain Python (cheaper than numpy calls)
-
-
-def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
-    """``(m,)`` float64 weights, or [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] for a
-    wrong shape or NaN/inf entries.
-
-    A finite sum proves every entry finite (NaN and ±inf propagate), so the element-wise test only runs
-    when the sum is not finite: one cheap reduction on the hot path of every solve.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    if w.shape != (n_vars,):
-        raise InvalidWeightsError(f"{owner} expects weights of shape ({n_vars},), got {w.shape}")
-    total = sum(w.tolist()) if n_vars <= SMALL else w.sum()  # small: no ufunc dispatch per solve
-    if not math.isfinite(total):
-        with np.errstate(over="ignore"):
-            if not np.isfinite(w).all():
-                raise InvalidWeightsError("weights contain NaN or inf")
-    return w
-
-
-def unproven(adapter: str, time_limit: float | None, strict: bool, detail: str = "") -> None:
-    """Handle a feasible-but-unproven solution: warn, or raise
-    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] when strict."""
-    message = (
-        f"{adapter}: time limit of {time_limit} s reached with a feasible state that is not proven "
-        f"optimal{detail}"
-    )
-    if strict:
-        raise SolverTimeoutError(message + " (strict=True)")
-    warnings.warn(
-        message + "; returning it (pass strict=True to raise instead)", UnprovenSolutionWarning, stacklevel=4
-    )
+SMALL = 256
+"""Up to this many variables, per-call arithmetic runs in plain Python (cheaper than NumPy calls)."""
 
 
 def _as_matrix(name: str, value: Any, n_cols: int) -> sp.csr_matrix:
@@ -322,7 +285,7 @@ class LinearForm:
         return total if bool(covered[live].all()) and live.any() else None
 
     def integral_rows(self, limit: int = 2**62) -> tuple[list[list[int]], list[int | None], list[int | None]]:
-        """Each row scaled exactly to integer coefficients, its bounds rounded inwards.
+        """Each row scaled exactly to coprime integer coefficients, its bounds rounded inwards.
 
         Every coefficient and bound is read as the shortest decimal that prints it (``repr``: ``4e-07``
         is ``4/10⁷``, ``0.1`` is ``1/10``); a row is multiplied by the least common denominator of its
@@ -333,24 +296,11 @@ class LinearForm:
         (``None``: no bound). Raises ``ValueError`` naming the row when a scaled coefficient or bound
         exceeds ``limit`` in magnitude (CP-SAT works in 64-bit integers).
         """
-        A = self.A
         coefs: list[list[int]] = []
         lbs: list[int | None] = []
         ubs: list[int | None] = []
         for i in range(self.n_rows):
-            vals = A.data[A.indptr[i] : A.indptr[i + 1]]
-            if vals.size and np.all(vals == np.rint(vals)) and np.abs(vals).max() <= limit:
-                ints = [int(v) for v in vals.tolist()]  # integer already: the common case, no fractions
-                scale = Fraction(1)
-            else:
-                fracs = [_decimal(v) for v in vals.tolist()]
-                denominator = math.lcm(*(f.denominator for f in fracs)) if fracs else 1
-                ints = [int(f * denominator) for f in fracs]
-                divisor = math.gcd(*ints) if ints else 1
-                ints = [v // divisor for v in ints]
-                scale = Fraction(denominator, divisor or 1)
-            lb = math.ceil(_decimal(self.row_lb[i]) * scale) if np.isfinite(self.row_lb[i]) else None
-            ub = math.floor(_decimal(self.row_ub[i]) * scale) if np.isfinite(self.row_ub[i]) else None
+            ints, lb, ub = self._integral_row(i)
             big = max([abs(v) for v in ints] + [abs(b) for b in (lb, ub) if b is not None], default=0)
             if big > limit:
                 raise ValueError(
@@ -362,6 +312,47 @@ class LinearForm:
             lbs.append(lb)
             ubs.append(ub)
         return coefs, lbs, ubs
+
+    def infeasible_row(self) -> int | None:
+        """The first row that no integer state satisfies, judged on its own; ``None`` if there is none.
+
+        A row over integer columns only, scaled exactly to coprime integer coefficients
+        (`integral_rows`), takes integer values, so it has no solution when no integer lies between its
+        rounded bounds: ``2 x − 2 y = 1``, ``x − y = 0.5``. Branch and bound cannot prove that when the
+        variables are unbounded (CBC calls such a model unbounded, or searches forever), so the CBC
+        engine asks here once, before its first solve.
+        """
+        A = self.A
+        for i in range(self.n_rows):
+            if not self.integer[A.indices[A.indptr[i] : A.indptr[i + 1]]].all():
+                continue  # a continuous column: A_i x can take any value in between
+            _, lb, ub = self._integral_row(i)
+            if (lb is not None and ub is not None and lb > ub) or (
+                A.indptr[i] == A.indptr[i + 1]
+                and ((lb is not None and lb > 0) or (ub is not None and ub < 0))
+            ):
+                return i
+        return None
+
+    def _integral_row(self, i: int) -> tuple[list[int], int | None, int | None]:
+        """Row ``i`` as coprime integer coefficients and its bounds scaled alike, rounded inwards."""
+        A = self.A
+        vals = A.data[A.indptr[i] : A.indptr[i + 1]].tolist()
+        if all(v == math.floor(v) for v in vals):  # integer already: the common case, no fractions
+            ints = [int(v) for v in vals]
+            divisor = math.gcd(*ints) if ints else 1
+            scale = Fraction(1, divisor or 1)
+        else:
+            fracs = [_decimal(v) for v in vals]
+            denominator = math.lcm(*(f.denominator for f in fracs))
+            ints = [int(f * denominator) for f in fracs]
+            divisor = math.gcd(*ints)
+            scale = Fraction(denominator, divisor or 1)
+        if divisor > 1:
+            ints = [v // divisor for v in ints]
+        lb = math.ceil(_decimal(self.row_lb[i]) * scale) if np.isfinite(self.row_lb[i]) else None
+        ub = math.floor(_decimal(self.row_ub[i]) * scale) if np.isfinite(self.row_ub[i]) else None
+        return ints, lb, ub
 
 
 def _decimal(value: float) -> Fraction:

@@ -1,7 +1,7 @@
-"""HiGHS on a `LinearForm`: a ``highspy`` model built once per thread, objective replaced per call.
+"""The HiGHS engine: a `LinearForm` as a ``highspy`` model built once per thread, objective replaced per call.
 
 The back end of [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) for
-``solver="highs"``. ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve; `_HighsEngine`
+``solver="highs"``. ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve; `HighsEngine`
 builds the ``highspy.Highs`` model once (per thread) and per call only runs ``changeColsCost`` and
 ``run``, stopped through HiGHS's interrupt callback on Ctrl-C and `stop_solves`.
 """
@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from .._interrupt import default_sigint, set_sigint, solving
-from ..errors import ImleSolversError, require
-from ._linear import LinearForm, Outcome
+from ..._interrupt import default_sigint, set_sigint, solving
+from ...errors import ImleSolversError, require
+from ._engine import Outcome, Status
+from ._linear import LinearForm
 
-__all__ = ["_HighsEngine"]
+__all__ = ["HighsEngine"]
 
 
 def _new_highs(highspy: Any) -> Any:
@@ -46,14 +47,16 @@ def _highs_interrupt(kind: Any, message: Any, data_out: Any, data_in: Any, stop:
         data_in.user_interrupt = True
 
 
-class _HighsEngine:
-    """A ``highspy`` model built once (per thread) from a `LinearForm`; per call
+class HighsEngine:
+    """A ``highspy`` model built once (per thread) from a `LinearForm` (an `Engine`); per call
     ``changeColsCost`` + ``run``. Threads of a pool each get their own model.
 
     Rows are scaled by powers of two (exact) so that their largest coefficient is about 1: HiGHS
     rejects coefficients above 10¹⁵ and checks feasibility with absolute tolerances, set here to
     10⁻⁹ (its defaults, 10⁻⁶ and 10⁻⁷, accept ``1.0000001 + 1 ≤ 2``).
     """
+
+    integral = False  # HiGHS's values carry its tolerances: snapped and checked by the oracle
 
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
         self.form = form
@@ -154,18 +157,18 @@ class _HighsEngine:
         status = h.getModelStatus()
         codes = self._status
         if status == codes.kOptimal:
-            return "optimal", h.getSolution().col_value, ""
+            return Outcome("optimal", h.getSolution().col_value)
         if status == codes.kInfeasible:
-            return "infeasible", None, ""
+            return Outcome("infeasible")
         if status == codes.kUnbounded:
-            return "unbounded", None, ""
+            return Outcome("unbounded")
         if status == codes.kUnboundedOrInfeasible:
-            return self._infeasible_or_unbounded(h, costs), None, ""
+            return Outcome(self._infeasible_or_unbounded(h, costs))
         if status == codes.kTimeLimit:
             if h.getInfo().primal_solution_status == 2:  # kSolutionStatusFeasible
-                return "feasible", h.getSolution().col_value, ""
-            return "timeout", None, ""
-        return "error", None, h.modelStatusToString(status)
+                return Outcome("feasible", h.getSolution().col_value)
+            return Outcome("timeout")
+        return Outcome("error", None, h.modelStatusToString(status))
 
     @staticmethod
     def _run(h: Any, stop: _HighsStop) -> None:
@@ -195,9 +198,9 @@ class _HighsEngine:
                 raise KeyboardInterrupt
             raise ImleSolversError("HiGHS: the solve was stopped (interpreter exit or stop_solves)")
 
-    def _infeasible_or_unbounded(self, h: Any, costs: np.ndarray) -> str:
+    def _infeasible_or_unbounded(self, h: Any, costs: np.ndarray) -> Status:
         """Tell them apart: with a zero objective a feasible model is optimal, an infeasible one is not."""
         h.changeColsCost(self.form.n_vars, self._cols, np.zeros_like(costs))
-        h.run()
+        self._run(h, self._local.stop)  # stopped by Ctrl-C and `stop_solves` as the first solve
         feasible = h.getModelStatus() == self._status.kOptimal
         return "unbounded" if feasible else "infeasible"

@@ -1,8 +1,8 @@
-"""CBC on a `LinearForm`: one child process per call, fed the model as an MPS file.
+"""The CBC engine: a `LinearForm` solved by one CBC child process per call, fed the model as an MPS file.
 
 The back end of [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) for
 ``solver="cbc"``. ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python, writes it as MPS,
-starts a ``cbc`` process and parses its solution file; `_CbcEngine` keeps the MPS text of every
+starts a ``cbc`` process and parses its solution file; `CbcEngine` keeps the MPS text of every
 column and per call only inserts the objective coefficients. What remains is CBC's own cost (process
 start, reading the file, solving), which PuLP offers no way to avoid: CBC has no in-process API in
 PuLP, and a long-lived interactive CBC process gives wrong answers after the objective changes (it
@@ -27,11 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from .._interrupt import solving
-from ..errors import ImleSolversError, require
-from ._linear import LinearForm, Outcome
+from ..._interrupt import solving
+from ...errors import ImleSolversError, require
+from ._engine import Outcome, Status
+from ._linear import LinearForm
 
-__all__ = ["_CbcEngine", "scratch_root"]
+__all__ = ["CbcEngine", "scratch_root"]
 
 _CBC_PATH: str | None = None
 _CHILD: dict[str, Any] | None = None  # how CBC is started (`_child_options`)
@@ -147,8 +148,9 @@ def _fmt(value: float) -> str:
     return repr(float(value))  # shortest exact round-trip representation
 
 
-class _CbcEngine:
-    """CBC on a `LinearForm`: the MPS text of every column is kept, only ``OBJ`` entries change.
+class CbcEngine:
+    """CBC on a `LinearForm` (an `Engine`): the MPS text of every column is kept, only ``OBJ`` entries
+    change.
 
     Each call writes the model file and runs ``cbc model.mps [sec T] branch solution sol.txt``. A CBC
     process kept alive between calls (its interactive mode) was tried and rejected: after a second
@@ -156,12 +158,16 @@ class _CbcEngine:
     true optimum away (see ``tests/adapters/test_pulp.py::test_cbc_objective_changes_between_calls``).
     """
 
+    integral = False  # CBC's values carry its tolerances: snapped and checked by the oracle
+
     def __init__(self, form: LinearForm, time_limit: float | None) -> None:
         self.form = form
         self.time_limit = time_limit
         self._head, self._columns, self._tail = self._mps_parts(form)
         # an unbounded objective needs a variable without a bound (auxiliary columns included)
         self.can_be_unbounded = not (np.isfinite(form.col_lb).all() and np.isfinite(form.col_ub).all())
+        # a row no integer state satisfies: CBC may search forever, or call the model unbounded
+        self._infeasible_row = form.infeasible_row()
 
     # -------------------------------------------------------------- MPS text, built once
     @staticmethod
@@ -250,10 +256,45 @@ class _CbcEngine:
             _CBC_PATH = path
         return _CBC_PATH
 
-    def close(self) -> None:
-        """Nothing to release: each call removes its own scratch directory."""
-
     def solve(self, costs: np.ndarray) -> Outcome:
+        if self._infeasible_row is not None:
+            return Outcome("infeasible", None, f"row {self._infeasible_row} has no integer solution")
+        outcome, elapsed = self._run(costs)
+        status = outcome.status
+        if status == "infeasible" and self.time_limit is not None and elapsed >= self.time_limit:
+            # CBC can print "Integer infeasible" for a feasible model when its clock runs out (its root cut
+            # loop, interrupted, returns a bogus bound; seen on planted market-split instances): only a
+            # run that ended before the limit proves infeasibility.
+            return Outcome("timeout", None, outcome.detail)
+        if status == "unbounded" or (status == "infeasible" and costs.any()):
+            return self._infeasible_or_unbounded(costs, outcome)
+        return outcome
+
+    def _infeasible_or_unbounded(self, costs: np.ndarray, claim: Outcome) -> Outcome:
+        """Check CBC's "infeasible" or "unbounded" verdict, which it gives for either.
+
+        CBC calls an unbounded MIP "infeasible", and a model whose LP relaxation is unbounded but which has
+        no integer point "unbounded". A model is unbounded for some objective exactly when it is feasible
+        and has an unbounded direction, so feasibility decides: a solve with a zero objective. (A row that
+        no integer state satisfies, which CBC's search may never prove, was ruled out before the first
+        solve: `LinearForm.infeasible_row`.)
+        """
+        feasible, _ = self._run(np.zeros_like(costs))
+        if feasible.status in ("optimal", "feasible"):  # a state exists
+            if self.can_be_unbounded:
+                return Outcome("unbounded", None, claim.detail)
+            return Outcome(
+                "error",
+                None,
+                f"CBC called the model {claim.status} ({claim.detail!r}), but it has a feasible state and "
+                "no unbounded variable: numerical trouble; rescale the model or use backend='highs'",
+            )
+        if feasible.status == "infeasible":
+            return Outcome("infeasible", None, feasible.detail)
+        return Outcome("timeout" if feasible.status == "timeout" else "error", None, feasible.detail)
+
+    def _run(self, costs: np.ndarray) -> tuple[Outcome, float]:
+        """One CBC process on the model with objective ``costs``: its outcome and the seconds it took."""
         directory = _scratch_dir()
         mps_path = os.path.join(directory, "model.mps")
         sol_path = os.path.join(directory, "solution.txt")
@@ -266,67 +307,44 @@ class _CbcEngine:
             args += ["branch", "solution", sol_path]
             started = time.perf_counter()
             _run_child(args)
+            elapsed = time.perf_counter() - started
             try:
                 with open(sol_path) as fh:
                     raw = fh.read()
             except FileNotFoundError:
-                return "error", None, "CBC wrote no solution file"
+                return Outcome("error", None, "CBC wrote no solution file"), elapsed
         finally:
             shutil.rmtree(directory, ignore_errors=True)
-        outcome = self._parse(raw)
-        if (
-            outcome[0] == "infeasible"
-            and self.time_limit is not None
-            and time.perf_counter() - started >= self.time_limit
-        ):
-            # CBC can print "Integer infeasible" for a feasible model when its clock runs out (its root cut
-            # loop, interrupted, returns a bogus bound; seen on planted market-split instances): only a
-            # run that ended before the limit proves infeasibility.
-            return "timeout", None, outcome[2]
-        if outcome[0] == "infeasible" and costs.any():
-            # CBC may call an unbounded MIP "infeasible": a zero objective tells the two apart.
-            if self.solve(np.zeros_like(costs))[0] == "optimal":
-                if self.can_be_unbounded:
-                    return "unbounded", None, outcome[2]
-                return (
-                    "error",
-                    None,
-                    (
-                        f"CBC called the model infeasible ({outcome[2]!r}) but it has a "
-                        "feasible "
-                        "state: numerical trouble; rescale the model or use backend='highs'"
-                    ),
-                )
-        return outcome
+        return self._parse(raw, self.form.n_cols), elapsed
 
     @staticmethod
-    def _parse(raw: str) -> Outcome:
+    def _parse(raw: str, n_cols: int) -> Outcome:
+        """Read CBC's solution file: its first line says how the solve ended, the others list the
+        non-zero columns (``index name value reduced-cost``)."""
         lines = raw.splitlines()
         if not lines:
-            return "error", None, "empty CBC solution file"
+            return Outcome("error", None, "empty CBC solution file")
         words = lines[0].split()
         head = words[0] if words else ""
+        status: Status
         if head == "Optimal":
-            outcome = "optimal"
+            status = "optimal"
         elif head in ("Infeasible", "Integer"):
-            return "infeasible", None, lines[0]
+            return Outcome("infeasible", None, lines[0])
         elif head == "Unbounded":
-            return "unbounded", None, lines[0]
+            return Outcome("unbounded", None, lines[0])
         elif head == "Stopped":
             # "Stopped on time - objective value …" has a solution; "Stopped on time - no …" has none
-            outcome = "feasible" if len(words) > 4 and words[4] == "objective" else "timeout"
-            if outcome == "timeout":
-                return outcome, None, lines[0]
+            if not (len(words) > 4 and words[4] == "objective"):
+                return Outcome("timeout", None, lines[0])
+            status = "feasible"
         else:
-            return "error", None, lines[0]
-        values: dict[int, float] = {}
+            return Outcome("error", None, lines[0])
+        x = [0.0] * n_cols  # CBC lists the columns up to the last non-zero one
         for line in lines[1:]:
             tokens = line.split()
             if tokens and tokens[0] == "**":  # CBC marks values outside a bound with "**"
                 tokens = tokens[1:]
             if len(tokens) >= 3:
-                values[int(tokens[0])] = float(tokens[2])
-        x = [0.0] * (max(values, default=-1) + 1)
-        for j, v in values.items():
-            x[j] = v
-        return outcome, x, lines[0]
+                x[int(tokens[0])] = float(tokens[2])
+        return Outcome(status, x, lines[0])
