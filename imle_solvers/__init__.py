@@ -55,6 +55,8 @@ _LAZY: dict[str, str] = {
     "Matching": ".adapters",
     "SpanningTree": ".adapters",
     "DAGShortestPath": ".adapters",
+    "TorchGridShortestPath": ".adapters",
+    "TorchKnapsack": ".adapters",
     "ClampedCosts": ".adapters",
 }
 
@@ -97,6 +99,8 @@ __all__ = [
     "SumOfGamma",
     "TargetDistribution",
     "TopK",
+    "TorchGridShortestPath",
+    "TorchKnapsack",
     "TorchOracle",
     "UnboundedError",
     "UnprovenSolutionWarning",
@@ -122,6 +126,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         PulpOracle,
         ShortestPath,
         SpanningTree,
+        TorchGridShortestPath,
+        TorchKnapsack,
     )
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
     from .pool import PoolPlan, SolutionCache, SolverPool

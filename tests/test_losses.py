@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from imle_solvers import IMLE, InvalidWeightsError, MapOracle, NoNoise, OptimalTarget, SumOfGamma
-from imle_solvers.adapters.dag import DAGShortestPath
+from imle_solvers.adapters import DAGShortestPath
 from imle_solvers.losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
 from tests.support.oracles import EnumOracle, k_subsets
 

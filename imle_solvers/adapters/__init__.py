@@ -1,22 +1,24 @@
-"""Adapters that turn real solvers into [`MapOracle`][imle_solvers.MapOracle] s.
+"""Every MAP oracle of the library, sorted by problem family.
 
-Each adapter module imports its solver lazily: touching ``CPSATOracle`` without ``ortools``
-installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming the extra to install.
+One export rule: each public oracle is defined in its family's module and importable from here and from
+``imle_solvers`` (both load it on first access). Solvers are imported lazily: touching ``CPSATOracle``
+without ``ortools`` installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] naming
+the extra to install.
 
-* ``cpsat.py``  — [`CPSATOracle`][imle_solvers.CPSATOracle] (OR-Tools CP-SAT, extra ``cpsat``)
-* ``pulp.py``   — [`PulpOracle`][imle_solvers.PulpOracle] (PuLP with CBC or HiGHS, extra ``pulp``); its
-  back ends on the shared linear form live in ``_cbc.py`` and ``_highs.py``
-* ``graphs/``   — [`ShortestPath`][imle_solvers.ShortestPath],
-  [`GridShortestPath`][imle_solvers.GridShortestPath], [`Matching`][imle_solvers.Matching],
-  [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
-* ``graphs/torch_grid.py`` — [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
-  grid path on the weights' device
-* ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], 0/1 knapsack with integer
-  weights on the weights' device
-* ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native
-  (torch) DAG shortest path
-* ``clamp.py``  — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle
-  (no negative cycles)
+* ``ilp/`` — the ILP family: [`ILP`][imle_solvers.ILP] (a declared integer programme on CP-SAT, CBC or
+  HiGHS), [`CPSATOracle`][imle_solvers.CPSATOracle] (a CP-SAT model of your own, extra ``cpsat``),
+  [`PulpOracle`][imle_solvers.PulpOracle] (a PuLP model of your own, extra ``pulp``);
+* ``graphs/`` — paths, matchings, trees: [`ShortestPath`][imle_solvers.ShortestPath],
+  [`DAGShortestPath`][imle_solvers.DAGShortestPath] (device-native),
+  [`GridShortestPath`][imle_solvers.GridShortestPath],
+  [`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] (device-native),
+  [`Matching`][imle_solvers.Matching], [`SpanningTree`][imle_solvers.SpanningTree] (extra ``graphs`` for
+  NetworkX graphs);
+* ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.TorchKnapsack], the 0/1 knapsack with integer item
+  weights (device-native);
+* ``imle_solvers.topk`` — [`TopK`][imle_solvers.TopK], the k-subset (device-native; part of the core);
+* ``clamp.py`` — [`ClampedCosts`][imle_solvers.ClampedCosts], ``max(c, floor)`` before a cost oracle
+  (no negative cycles).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ _LAZY: dict[str, str] = {
     "CPSATOracle": ".ilp",
     "PulpOracle": ".ilp",
     "ShortestPath": ".graphs",
+    "DAGShortestPath": ".graphs",
     "GridShortestPath": ".graphs",
+    "TorchGridShortestPath": ".graphs",
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
-    "TorchGridShortestPath": ".graphs",
     "TorchKnapsack": ".knapsack",
-    "DAGShortestPath": ".dag",
+    "TopK": "..topk",
     "ClampedCosts": ".clamp",
 }
 
@@ -46,9 +49,10 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..topk import TopK  # noqa: F401
     from .clamp import ClampedCosts  # noqa: F401
-    from .dag import DAGShortestPath  # noqa: F401
     from .graphs import (  # noqa: F401
+        DAGShortestPath,
         GridShortestPath,
         Matching,
         ShortestPath,

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .._checks import in_range, non_negative_int, positive_int
-from ..adapters.dag import DAGShortestPath
+from ..adapters.graphs import DAGShortestPath
 from .dataset import PTODataset, spo_costs
 
 __all__ = ["shortest_path"]

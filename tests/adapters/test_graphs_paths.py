@@ -109,15 +109,13 @@ def check_against_brute(oracle: ShortestPath, graph: nx.Graph, s: str, t: str, w
 
 
 @given(case=graph_cases("dag"), weights_on=st.sampled_from(["edges", "nodes"]), data=st.data())
-def test_dag_matches_brute_force_and_both_dp_paths_agree(case, weights_on, data) -> None:
+def test_dag_matches_brute_force(case, weights_on, data) -> None:
+    """The DAG programme itself is tested against brute force in test_dag.py; here, ShortestPath around it."""
     graph, s, t = case
     oracle = ShortestPath(graph, s, t, weights_on=weights_on)
     w = data.draw(weights_for(oracle.n_vars, negative=True))
     assert oracle.is_dag == oracle._feasible
     check_against_brute(oracle, graph, s, t, w)
-    if oracle.is_dag:  # the level-vectorised numpy DP is the same programme
-        cost = oracle._arc_costs(w)
-        assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
 
 
 @given(
@@ -146,37 +144,27 @@ def test_undirected_matches_brute_force(case, weights_on, negative, data) -> Non
 
 
 @given(case=graph_cases("dag"), data=st.data())
-def test_dag_ties_first_in_arc_wins_in_both_dps(case, data) -> None:
+def test_dag_batches_give_each_row_the_state_of_solve_ties_included(case, data) -> None:
     graph, s, t = case
-    oracle = ShortestPath(graph, s, t)
-    w = np.array(
-        data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=oracle.n_vars, max_size=oracle.n_vars))
-    )  # ties everywhere
-    if oracle.is_dag:
-        cost = oracle._arc_costs(w)
-        assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
-        rows = np.stack([w, 1.0 - w, w, np.zeros_like(w)])  # the batched DP: same states, row by row
-        np.testing.assert_array_equal(
-            oracle._dag_states_numpy(oracle._arc_costs(rows)), [oracle.solve(r) for r in rows]
+    for weights_on, values in (("edges", [0.0, 1.0]), ("nodes", [-1.0, 0.0, 1.0])):
+        oracle = ShortestPath(graph, s, t, weights_on=weights_on)
+        if not oracle.is_dag:
+            return
+        w = np.array(
+            data.draw(st.lists(st.sampled_from(values), min_size=oracle.n_vars, max_size=oracle.n_vars))
         )
-        nodes = ShortestPath(graph, s, t, weights_on="nodes")
-        x = np.array(
-            data.draw(
-                st.lists(st.sampled_from([-1.0, 0.0, 1.0]), min_size=nodes.n_vars, max_size=nodes.n_vars)
-            )
-        )
-        rows = np.stack([x, -x, x])
-        np.testing.assert_array_equal(
-            nodes._dag_states_numpy(nodes._arc_costs(rows)), [nodes.solve(r) for r in rows]
-        )
+        rows = np.stack([w, 1.0 - w, w, np.zeros_like(w)] * 16)  # ties everywhere; 64 rows: NumPy
+        np.testing.assert_array_equal(oracle.solve_batch(rows), [oracle.solve(r) for r in rows])
 
 
-def test_dag_batch_uses_the_batched_dp_and_agrees_with_solve(monkeypatch) -> None:
+def test_dag_batch_runs_the_level_programme_once(monkeypatch) -> None:
+    from imle_solvers.adapters.graphs._levels import LevelPlan
+
     oracle = ShortestPath(grid_dag(5), (0, 0), (4, 4))
     x = np.random.default_rng(0).integers(-2, 3, size=(64, oracle.n_vars)).astype(np.float64)  # ties
     calls = []
-    original = oracle._dag_states_numpy
-    monkeypatch.setattr(oracle, "_dag_states_numpy", lambda cost: calls.append(1) or original(cost))
+    original = LevelPlan.predecessors
+    monkeypatch.setattr(LevelPlan, "predecessors", lambda plan, cost: calls.append(1) or original(plan, cost))
     batch = oracle.solve_batch(x)
     assert calls == [1]
     np.testing.assert_array_equal(batch, [oracle.solve(r) for r in x])
@@ -195,17 +183,16 @@ def test_dag_tie_rule_on_a_diamond() -> None:
     oracle = ShortestPath(graph, "s", "t")
     assert oracle.edges == [("s", "a"), ("s", "b"), ("a", "t"), ("b", "t")]
     assert oracle.solve(np.ones(4)).tolist() == [1.0, 0.0, 1.0, 0.0]  # (a, t) precedes (b, t)
-    oracle._dag_vectorised = True
-    assert oracle.solve(np.ones(4)).tolist() == [1.0, 0.0, 1.0, 0.0]
+    assert oracle.solve_batch(np.ones((64, 4))).tolist() == [[1.0, 0.0, 1.0, 0.0]] * 64
 
 
-def test_dag_paths_large_dag_uses_vectorised_dp_and_agrees_with_networkx() -> None:
+def test_dag_paths_large_dag_agree_with_networkx() -> None:
     rng = np.random.default_rng(3)
     graph = nx.DiGraph()  # layered: source, 4 layers of 12 nodes, target
     layers = [["s"], *[[(k, i) for i in range(12)] for k in range(4)], ["t"]]
     graph.add_edges_from((u, v) for a, b in itertools.pairwise(layers) for u in a for v in b)
     oracle = ShortestPath(graph, "s", "t")
-    assert oracle.is_dag and oracle._dag_vectorised
+    assert oracle.is_dag
     for _ in range(5):
         w = rng.normal(size=oracle.n_vars)  # negative arcs: Dijkstra would be wrong here
         for (u, v), x in zip(oracle.edges, w):
@@ -213,8 +200,6 @@ def test_dag_paths_large_dag_uses_vectorised_dp_and_agrees_with_networkx() -> No
         expected = nx.bellman_ford_path_length(graph, "s", "t")
         z = oracle.solve(w)
         assert z @ w == pytest.approx(expected)
-        cost = oracle._arc_costs(w)
-        assert oracle._dag_pred_numpy(cost) == oracle._dag_pred_python(cost)
 
 
 def test_cyclic_digraph_negative_arcs_without_negative_cycle_bellman_ford() -> None:

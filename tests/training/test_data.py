@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from imle_solvers.adapters.dag import DAGShortestPath
+from imle_solvers.adapters import DAGShortestPath
 from imle_solvers.data import PTODataset, shortest_path
 
 

@@ -10,9 +10,8 @@ from scipy.sparse import csgraph
 
 from ...errors import ImleSolversError, InvalidWeightsError, NegativeCycleError
 from ._common import _GRID_CHUNK, _block_dijkstra, _csr_order, _GraphOracle, _grid_shape
-from .torch_grid import TorchGridShortestPath  # re-exported: the device-native grid path lives there
 
-__all__ = ["GridShortestPath", "TorchGridShortestPath"]
+__all__ = ["GridShortestPath"]
 
 
 class GridShortestPath(_GraphOracle):

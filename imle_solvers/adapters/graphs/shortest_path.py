@@ -11,17 +11,13 @@ from scipy.sparse import csgraph
 
 from ..._checks import one_of
 from ...errors import ImleSolversError, InfeasibleError, NegativeCycleError
-from .._levels import LevelPlan
 from ._common import _GRID_CHUNK, _block_dijkstra, _check_graph, _csr_order, _GraphOracle, _networkx
+from ._levels import LevelPlan
 
 __all__ = ["ShortestPath"]
 
 Node = Hashable
 Edge = tuple[Any, Any]
-
-#: a DAG whose relevant part has at least this many arcs per topological level uses the
-#: level-vectorised numpy DP; smaller or deeper DAGs use the plain Python DP (less call overhead).
-_DAG_ARCS_PER_LEVEL = 80
 
 
 class ShortestPath(_GraphOracle):
@@ -163,14 +159,14 @@ class ShortestPath(_GraphOracle):
             (int(a), int(b)): k for k, (a, b) in enumerate(zip(self._tail, self._head))
         }
 
-        self.is_dag = False
+        self._plan: LevelPlan | None = None  # the DAG programme, when the relevant part is acyclic
         if self.directed and self._feasible:
-            sub = nx.DiGraph()
-            sub.add_nodes_from(range(self._n))
-            sub.add_edges_from(zip(self._tail.tolist(), self._head.tolist()))
-            self.is_dag = bool(nx.is_directed_acyclic_graph(sub))
-            if self.is_dag:
-                self._build_dag(list(nx.topological_sort(sub)))
+            try:
+                self._plan = LevelPlan(self._n, self._tail, self._head, self._s, self._t)
+            except ValueError:  # a cycle: Dijkstra or Bellman-Ford
+                pass
+        self.is_dag = self._plan is not None
+        """Whether the part of the graph on ``source → target`` walks is acyclic (the DAG programme)."""
 
         self.expected_nonzeros: float | None = None
         if self._feasible:
@@ -195,10 +191,8 @@ class ShortestPath(_GraphOracle):
         16 at a time through one SciPy Dijkstra call (`_block_dijkstra`); the others are
         solved one by one (Bellman-Ford).
         """
-        levels = len(getattr(self, "_dag_levels", ())) or 1
-        vectorised_dag = self.is_dag and w.shape[0] * len(self._tail) >= _DAG_ARCS_PER_LEVEL * levels
-        if not (vectorised_dag or (self._feasible and not self.is_dag and len(self._tail))):
-            return super()._solve_many(w)
+        if not (self._feasible and len(self._tail)):
+            return super()._solve_many(w)  # no path (row-tagged errors), or an empty one
         if self._loop_w.size:
             bad = np.flatnonzero(w[:, self._loop_w].min(axis=1) < 0)
             if bad.size:
@@ -206,8 +200,8 @@ class ShortestPath(_GraphOracle):
                     "a self-loop of negative cost lies on a source → target walk", rows=bad.tolist()
                 )
         cost = self._arc_costs(w)  # [B, a]
-        if vectorised_dag:
-            return self._dag_states_numpy(cost)
+        if self._plan is not None:
+            return self._states(self._plan.path(cost))
         negative = cost.min(axis=1) < 0  # [B]
         if not self.directed and negative.any():
             raise NegativeCycleError(self._two_cycle_message(), rows=np.flatnonzero(negative).tolist())
@@ -245,13 +239,11 @@ class ShortestPath(_GraphOracle):
         if self._loop_w.size and float(w[self._loop_w].min()) < 0:
             raise NegativeCycleError("a self-loop of negative cost lies on a source → target walk")
         cost = self._arc_costs(w)  # [a]
-        if self.is_dag:
-            arcs = self._dag_path(cost)
-        else:
-            if not self.directed and cost.size and float(cost.min()) < 0:
-                raise NegativeCycleError(self._two_cycle_message())
-            arcs = self._scipy_path(cost)
-        return self._state(arcs)
+        if self._plan is not None:
+            return self._states(self._plan.path(cost[None]))[0]  # the DAG programme   [m]
+        if not self.directed and cost.size and float(cost.min()) < 0:
+            raise NegativeCycleError(self._two_cycle_message())
+        return self._state(self._scipy_path(cost))
 
     def _state(self, arcs: list[int]) -> np.ndarray:
         state = np.zeros(self.n_vars, dtype=np.float64)
@@ -304,61 +296,18 @@ class ShortestPath(_GraphOracle):
             v = u
         return arcs
 
-    # ---- DAGs: topological dynamic programme -------------------------------------------------
+    # ---- DAGs: the level programme ---------------------------------------------------------------
 
-    def _build_dag(self, order: list[int]) -> None:
-        """Precompute, in topological order, each node's in-arcs (first in `edges` first)."""
-        by_head: list[list[int]] = [[] for _ in range(self._n)]
-        for k in np.lexsort((self._arc_edge, self._head)).tolist():
-            by_head[int(self._head[k])].append(k)
-        tail = self._tail.tolist()
-        self._dag_in = [(v, [(k, tail[k]) for k in by_head[v]]) for v in order if v != self._s]
-        self._dag_plan = LevelPlan(self._n, self._tail, self._head, self._s)  # the level DP (shared)
-        self._dag_levels = self._dag_plan.levels
-        self._dag_vectorised = len(self._tail) >= _DAG_ARCS_PER_LEVEL * max(len(self._dag_levels), 1)
-
-    def _dag_path(self, cost: np.ndarray) -> list[int]:
-        pred = self._dag_pred_numpy(cost) if self._dag_vectorised else self._dag_pred_python(cost)
-        arcs: list[int] = []
-        v = self._t
-        while v != self._s:
-            k = pred[v]
-            arcs.append(k)
-            v = int(self._tail[k])
-        return arcs
-
-    def _dag_pred_python(self, cost: np.ndarray) -> list[int]:
-        """dist_v = min_{(u,v)} dist_u + c_uv in topological order; first minimal in-arc wins."""
-        c = cost.tolist()
-        dist = [0.0] * self._n
-        pred = [-1] * self._n
-        for v, ins in self._dag_in:
-            best, arc = float("inf"), -1
-            for k, u in ins:
-                d = dist[u] + c[k]
-                if d < best:
-                    best, arc = d, k
-            dist[v], pred[v] = best, arc
-        return pred
-
-    def _dag_pred_numpy(self, cost: np.ndarray) -> list[int]:
-        """The same DP, one topological level at a time (`LevelPlan`)."""
-        return self._dag_plan.predecessors(cost[None])[0].tolist()  # type: ignore[no-any-return]
-
-    def _dag_states_numpy(self, cost: np.ndarray) -> np.ndarray:
-        """The level DP for ``B`` rows at once, then all ``B`` paths traced back together.  [B, m]"""
-        b = cost.shape[0]
-        pred = self._dag_plan.predecessors(cost)  # optimal in-arc of every node   [B, n]
-        out_index = self._arc_edge if self.weights_on == "edges" else self._head_g
-        state = np.zeros((b, self.n_vars), dtype=np.float64)
-        if self.weights_on == "nodes":
-            state[:, self._nodes_g[self._s]] = 1.0
-        every = np.arange(b)
-        cur = np.full(b, self._t, dtype=np.int64)  # walk all B predecessor chains back at once
-        while (active := every[cur != self._s]).size:
-            k = pred[active, cur[active]]  # arc into the current node                     [B']
-            state[active, out_index[k]] = 1.0
-            cur[active] = self._tail[k]
+    def _states(self, arcs: np.ndarray) -> np.ndarray:
+        """States of ``[B, a]`` kept-arc indicators: the edges of each path, or its nodes.  [B, m]"""
+        if self.weights_on == "edges":
+            state = np.zeros((arcs.shape[0], self.n_vars), dtype=np.float64)
+            state[:, self._arc_edge] = arcs  # each kept arc is one edge
+            return state
+        state = np.zeros((arcs.shape[0], self.n_vars), dtype=np.float64)
+        rows, ks = np.nonzero(arcs)
+        state[rows, self._head_g[ks]] = 1.0  # the path's nodes: the heads of its arcs, and the source
+        state[:, self._nodes_g[self._s]] = 1.0
         return state
 
     def __repr__(self) -> str:
