@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import positive_int
+from .errors import InvalidWeightsError
 from .oracle import TorchOracle
 
 __all__ = ["TopK"]
@@ -41,6 +42,15 @@ class TopK(TorchOracle):
         self.expected_nonzeros = float(k)
 
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        """Indicators of the ``k`` largest scores of ``(..., m)`` weights; same shape, device and dtype.
+
+        Equal scores at the ``k``-th place are decided by ``torch.topk``: the same way for the same
+        weights, though not necessarily the same way on every device.
+        """
+        if weights.dim() == 0 or weights.shape[-1] != self.n_vars:
+            raise InvalidWeightsError(
+                f"{self!r} expects weights of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
+            )
         idx = torch.topk(weights, self.k, dim=-1).indices  # the k best items   [..., k]
         z = torch.zeros_like(weights)
         return z.scatter_(-1, idx, 1.0)  # z_i = 1[i ∈ top-k]                   [..., m]

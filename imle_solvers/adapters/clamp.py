@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 import torch
 
+from .._checks import in_range
 from ..oracle import MapOracle, TorchOracle
 
 __all__ = ["ClampedCosts"]
@@ -21,15 +23,23 @@ class ClampedCosts(MapOracle):
     perturbed problem well posed; it only changes instances whose perturbed costs dip below it.
 
     Wrapping a [`TorchOracle`][imle_solvers.TorchOracle] (such as
-    [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath]) gives a ``TorchOracle``
-    that clamps on the weights' device, so the layer stays free of host round trips.
+    [`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath]) gives a ``TorchOracle`` that clamps on
+    the weights' device, so the layer stays free of host round trips: the constructor then returns an
+    instance of a ``TorchOracle`` subclass of ``ClampedCosts`` (as ``pathlib.Path`` returns a
+    ``PosixPath``), because layers and pools tell device-native oracles apart by that type.
 
     Parameters
     ----------
     oracle
         The wrapped ``"min"`` oracle.
     floor
-        Smallest cost handed to it.
+        Smallest cost handed to it, a finite number.
+
+    Raises
+    ------
+    ValueError
+        For a ``"max"`` oracle, or a ``floor`` that is not a finite number (NaN would turn every cost
+        into NaN, ``±inf`` every cost into ``±inf``).
 
     References
     ----------
@@ -50,7 +60,8 @@ class ClampedCosts(MapOracle):
     def __init__(self, oracle: MapOracle, floor: float = 0.0) -> None:
         if oracle.sense != "min":
             raise ValueError("ClampedCosts wraps a 'min' (cost) oracle")
-        self.oracle, self.floor = oracle, float(floor)
+        self.oracle = oracle
+        self.floor = in_range("ClampedCosts floor", floor, -math.inf, math.inf, closed="()")
         self.n_vars = oracle.n_vars
         self.expected_nonzeros = oracle.expected_nonzeros
 
@@ -73,16 +84,13 @@ class ClampedCosts(MapOracle):
         return f"ClampedCosts({self.oracle!r}, floor={self.floor})"
 
 
-class _TorchClampedCosts(ClampedCosts, TorchOracle):  # type: ignore[misc,override]
-    """[`ClampedCosts`][imle_solvers.ClampedCosts] around a torch oracle: clamps on the device."""
+class _TorchClampedCosts(ClampedCosts, TorchOracle):  # type: ignore[override]
+    """[`ClampedCosts`][imle_solvers.ClampedCosts] around a torch oracle: also clamps on the device.
+
+    Only `solve_torch` is added: ``solve`` and ``solve_batch`` are ``ClampedCosts``' (first in the MRO).
+    """
 
     oracle: TorchOracle
 
     def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
-        return self.oracle.solve_torch(weights.clamp_min(self.floor))  # c ← max(c, floor)
-
-    def solve(self, weights: np.ndarray) -> np.ndarray:
-        return ClampedCosts.solve(self, weights)
-
-    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
-        return ClampedCosts.solve_batch(self, weights)
+        return self.oracle.solve_torch(weights.clamp_min(self.floor))  # c ← max(c, floor)   [..., m]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Literal
 
 import numpy as np
@@ -14,14 +15,32 @@ from ..oracle import TorchOracle
 
 __all__ = ["TorchKnapsack"]
 
-#: the dense dynamic programme is refused above this many capacity states ``∏ (C_d + 1)``
 _MAX_LATTICE = 1 << 22
-#: the enumeration of feasible item sets is refused above this many sets
+"""The dense dynamic programme is refused above this many capacity states ``∏ (C_d + 1)``."""
 _MAX_SETS = 1 << 21
-#: rows solved together: keeps the DP decisions (or the set values) of one chunk near this many entries
+"""The enumeration of feasible item sets is refused above this many sets."""
 _CHUNK_ENTRIES = 1 << 25
-#: on the CPU the set scores are computed for this many (set, row) pairs at a time (cache-sized)
+"""Rows solved together: keeps the DP decisions (or the set values) of one chunk near this many entries."""
 _CPU_SCORES = 1 << 19
+"""On the CPU the set scores are computed for this many (set, row) pairs at a time (cache-sized)."""
+_MAX_COUNT = 1 << 61
+"""Largest item weight or capacity: a set's load plus one more item stays within int64."""
+
+
+def _counts(name: str, value: Any) -> np.ndarray:
+    """``value`` as an array of Python ints, each a non-negative integer (integral floats accepted)."""
+    arr = np.asarray(value, dtype=object)
+    out = []
+    for x in arr.reshape(-1).tolist():
+        ok = isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+        if ok and not isinstance(x, numbers.Integral):
+            ok = math.isfinite(x) and float(x).is_integer()
+        if not ok or x < 0:
+            raise ValueError(
+                f"{name} must be non-negative integers (scale decimals to integers first), got {x!r}"
+            )
+        out.append(int(x))
+    return np.array(out, dtype=object).reshape(arr.shape)
 
 
 class TorchKnapsack(TorchOracle):
@@ -55,14 +74,23 @@ class TorchKnapsack(TorchOracle):
     floating-point sums (item values added in index order), so they return identical states, and
     they do on every device (only additions, comparisons and first-maximum ``argmax``).
 
+    *Dtypes.* The state has the values' dtype. Set values are summed in float32 for half-precision
+    values (float16, bfloat16, as under CPU autocast: their own sums would round away the gaps between
+    sets), in the values' dtype for float32 and float64, and in float64 for integer values.
+
+    *Large numbers.* Item weights and capacities are read as exact integers: an item heavier than a
+    capacity can never be taken (it is stored as weighing that capacity + 1), and a capacity above the
+    total weight of all items never binds (it is stored as that total); `weights` and `capacities` hold
+    these reduced values, which have the same feasible sets.
+
     ``expected_nonzeros`` is ``None`` unless given; [`SumOfGamma`][imle_solvers.SumOfGamma] then
     needs its ``k``.
 
     Raises
     ------
     ValueError
-        For negative or non-integral item weights or capacities, mismatched shapes, or an instance
-        too large for both methods.
+        For negative or non-integral item weights or capacities, mismatched shapes, reduced weights or
+        capacities of 2⁶¹ or more, or an instance too large for both methods.
 
     References
     ----------
@@ -90,24 +118,33 @@ class TorchKnapsack(TorchOracle):
         method: Literal["auto", "dp", "enumerate"] = "auto",
         expected_nonzeros: float | None = None,
     ) -> None:
-        w = np.asarray(weights, dtype=float)
+        w = _counts("weights", weights)
         if w.ndim == 1:
             w = w[:, None]
         if w.ndim != 2 or w.shape[0] < 1 or w.shape[1] < 1:
             raise ValueError(f"weights must have shape (n_items, n_dims), got {np.shape(weights)}")
-        caps = (
-            np.broadcast_to(np.asarray(capacities, dtype=float), (w.shape[1],)).copy()
-            if np.ndim(capacities) == 0
-            else np.asarray(capacities, dtype=float)
-        )
+        caps = _counts("capacities", capacities)
+        if caps.ndim == 0:
+            caps = np.full(w.shape[1], caps.item(), dtype=object)
         if caps.shape != (w.shape[1],):
             raise ValueError(f"capacities must have shape ({w.shape[1]},) to match weights, got {caps.shape}")
-        for name, arr in (("weights", w), ("capacities", caps)):
-            if not np.isfinite(arr).all() or (arr < 0).any() or (arr != np.round(arr)).any():
-                raise ValueError(f"{name} must be non-negative integers (scale decimals to integers first)")
+        # Exact reductions, in Python integers: an item heavier than a capacity never fits, whatever it
+        # weighs (C + 1 says the same); a capacity above the total weight never binds (Σ w says the same).
+        cap_list = caps.tolist()
+        rows = [[min(x, c + 1) for x, c in zip(row, cap_list)] for row in w.tolist()]
+        cap_list = [min(c, sum(row[d] for row in rows)) for d, c in enumerate(cap_list)]
+        top = max(max(max(row) for row in rows), max(cap_list))
+        if top > _MAX_COUNT:
+            raise ValueError(
+                f"weights and capacities must stay below 2**61 once reduced (an item heavier than a capacity "
+                f"counts as capacity + 1, a capacity above the total weight as that total), got {top}: "
+                "scale them down"
+            )
         one_of("method", method, ("auto", "dp", "enumerate"))
-        self.weights = w.astype(np.int64)  # [n, D]
-        self.capacities = caps.astype(np.int64)  # [D]
+        self.weights = np.array(rows, dtype=np.int64)  # [n, D]
+        """Item weights ``(n_items, n_dims)``, reduced as above (the same feasible sets)."""
+        self.capacities = np.array(cap_list, dtype=np.int64)  # [D]
+        """Capacities ``(n_dims,)``, reduced as above."""
         self.n_vars = int(w.shape[0])
         self.expected_nonzeros = expected_nonzeros
         lattice = math.prod(int(c) + 1 for c in self.capacities)
@@ -230,9 +267,16 @@ class TorchKnapsack(TorchOracle):
             raise InvalidWeightsError(
                 f"{self!r} expects values of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
             )
+        if weights.is_complex():
+            raise InvalidWeightsError(f"TorchKnapsack takes real item values, got {weights.dtype}")
         lead = weights.shape[:-1]
-        dtype = weights.dtype if weights.is_floating_point() else torch.float64
-        v = weights.detach().reshape(-1, self.n_vars).to(dtype)  # θ   [N, n]
+        # values summed in float32 or wider: half-precision sums would round away the gaps between sets
+        acc = (
+            torch.promote_types(weights.dtype, torch.float32)
+            if weights.is_floating_point()
+            else torch.float64
+        )
+        v = weights.detach().reshape(-1, self.n_vars).to(acc)  # θ   [N, n]
         per_row = self._sets.size if self.method == "enumerate" else self.n_vars * self._lattice
         chunk = max(1, _CHUNK_ENTRIES // max(per_row, 1))
         solve = self._solve_enumerate if self.method == "enumerate" else self._solve_dp

@@ -186,7 +186,7 @@ def terrain_problem(spec: ProblemSpec) -> Problem:
     )
     train, test = data.split(spec.n_train)
     grid_native = _torch_grid(size) if spec.native else None
-    clamped_native = _ClampedTorch(grid_native) if grid_native is not None else None
+    clamped_native = ClampedCosts(grid_native, 0.0) if grid_native is not None else None
     train_oracle = _choose(ClampedCosts(data.oracle, 0.0), clamped_native, spec.native, spec.oracle)
     eval_oracle = _choose(data.oracle, grid_native, spec.native, spec.oracle)
     factory: Callable[[], nn.Module] = (
@@ -287,21 +287,3 @@ def _torch_knapsack(data: PTODataset) -> MapOracle | None:
     if getattr(oracle, "expected_nonzeros", None) is None:
         oracle.expected_nonzeros = data.oracle.expected_nonzeros  # κ of SumOfGamma, as the data set's
     return oracle  # type: ignore[no-any-return]
-
-
-class _ClampedTorch(TorchOracle):
-    """[`ClampedCosts`][imle_solvers.ClampedCosts] for a device-native cost oracle: ``max(c, 0)`` on the
-    device, then ``solve_torch`` (perturbed costs stay in the grid path's domain, no negative cycles)."""
-
-    sense = "min"
-
-    def __init__(self, oracle: TorchOracle) -> None:
-        self.oracle = oracle
-        self.n_vars = oracle.n_vars
-        self.expected_nonzeros = oracle.expected_nonzeros
-
-    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
-        return self.oracle.solve_torch(weights.clamp_min(0.0))  # c ← max(c, 0)   [..., m]
-
-    def __repr__(self) -> str:
-        return f"ClampedCosts({self.oracle!r}, floor=0.0)"

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from imle_solvers import TorchOracle
 from imle_solvers.adapters import TorchKnapsack
+from imle_solvers.errors import InvalidWeightsError
 
 
 def brute_force(weights: np.ndarray, caps: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -106,17 +107,15 @@ def test_invalid_instances(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="method"):
         TorchKnapsack([[1]], [3], method="greedy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="use method='enumerate'"):
-        TorchKnapsack(np.full((4, 2), 300), [5000, 5000], method="dp")
+        TorchKnapsack(np.full((20, 2), 300), [5000, 5000], method="dp")
     from imle_solvers.adapters import knapsack as module
 
     monkeypatch.setattr(module, "_MAX_SETS", 1000)
-    monkeypatch.setattr(module, "_MAX_LATTICE", 1000)
+    monkeypatch.setattr(module, "_MAX_LATTICE", 500)
     with pytest.raises(ValueError, match="too large"):
         TorchKnapsack(np.ones((30, 2), dtype=int), [40, 40])
     with pytest.raises(ValueError, match="use method='dp'"):
         TorchKnapsack(np.ones((30, 1), dtype=int), [20], method="enumerate")
-    from imle_solvers.errors import InvalidWeightsError
-
     with pytest.raises(InvalidWeightsError):
         TorchKnapsack([[1]], [3]).solve_torch(torch.ones(2))
 
@@ -132,3 +131,97 @@ def test_data_knapsack_uses_the_device_oracle_with_the_same_optima() -> None:
     v = data.costs.double().numpy()
     expected = np.array([brute_force(np.round(100 * w.T).astype(int), np.array([2000, 2000]), r) for r in v])
     np.testing.assert_allclose((z * v).sum(1), (expected * v).sum(1))
+
+
+@pytest.mark.parametrize(("dtype", "big"), [(torch.float16, 2048.0), (torch.bfloat16, 256.0)])
+@pytest.mark.parametrize("method", ["dp", "enumerate"])
+def test_half_precision_values_are_summed_in_float32(dtype: torch.dtype, big: float, method: str) -> None:
+    """Item 0 (``big``) or items 1 and 2 (``big − 1``, 1.5): in half precision both sets score ``big``, a
+    tie the set {0} would win (smallest Σ z_i 2^i); summed in float32 the better pair wins."""
+    oracle = TorchKnapsack([[2], [1], [1]], [2], method=method)  # {0} or a subset of {1, 2}
+    values = torch.tensor([[big, big - 1.0, 1.5]] * 4, dtype=dtype)
+    assert values[0, 1] + values[0, 2] == values[0, 0]  # the tie in half precision
+    z = oracle.solve_torch(values)
+    assert z.dtype == dtype and z.tolist() == [[0.0, 1.0, 1.0]] * 4
+    kernel = oracle._solve_dp_torch if method == "dp" else oracle._solve_enumerate_torch
+    assert kernel(values.float()).tolist() == z.float().tolist()  # the accelerator kernels alike
+
+
+def test_the_layer_runs_under_cpu_autocast() -> None:
+    """Under CPU autocast a linear layer hands bfloat16 values to the oracle (TorchKnapsack used to
+    reject them, ending the training step)."""
+    from imle_solvers import IMLE
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 6)
+    oracle = TorchKnapsack(np.random.default_rng(0).integers(1, 5, (6, 2)), [6, 6], expected_nonzeros=2.0)
+    layer = IMLE(oracle, samples=3)
+    x = torch.randn(8, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        theta = model(x)
+        z = layer(theta)
+    assert theta.dtype == torch.bfloat16 and z.dtype == torch.bfloat16 and z.shape == (8, 3, 6)
+    feasible = z.float() @ torch.from_numpy(oracle.weights).float() <= torch.tensor([6.0, 6.0])
+    assert feasible.all()
+    (z.float() * torch.randn(6)).sum().backward()
+    assert model.weight.grad is not None and torch.isfinite(model.weight.grad).all()
+
+
+def test_integer_and_complex_values() -> None:
+    oracle = TorchKnapsack([[2], [3], [4]], [5])
+    v = torch.tensor([[3, 4, 5], [5, 1, 1], [-1, 0, 9]])
+    z = oracle.solve_torch(v)
+    assert z.dtype == torch.int64 and z.tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
+    with pytest.raises(InvalidWeightsError, match="real"):
+        oracle.solve_torch(v.to(torch.complex64))
+
+
+@pytest.mark.parametrize("huge", [2**63, 2**64 + 1, np.uint64(2**63), 1e30])
+def test_items_heavier_than_any_capacity_never_fit(huge: object) -> None:
+    """An item weight of 2⁶³ or more used to wrap negative in int64 and count as fitting."""
+    for method in ("dp", "enumerate"):
+        oracle = TorchKnapsack([[huge], [1], [2]], [3], method=method)  # type: ignore[list-item]
+        assert oracle.weights[:, 0].tolist() == [4, 1, 2]  # never fits: capacity + 1
+        assert oracle.solve_torch(torch.tensor([100.0, 1.0, 1.0])).tolist() == [0.0, 1.0, 1.0]
+    many = TorchKnapsack([[huge, 1], [1, 1]], [10, 2**70])  # type: ignore[list-item]
+    assert many.capacities.tolist() == [10, 2]  # a capacity above the total weight never binds
+    assert many.solve_torch(torch.tensor([5.0, 1.0])).tolist() == [0.0, 1.0]
+
+
+def test_exact_integer_reading_of_weights_and_capacities() -> None:
+    assert TorchKnapsack([[3.0], [2]], 4.0).weights[:, 0].tolist() == [3, 2]  # integral floats
+    with pytest.raises(ValueError, match="2\\*\\*61"):
+        TorchKnapsack([[2**62], [2**62]], [2**63])  # no reduction brings these below 2**61
+    for bad in ([[np.nan]], [[np.inf]], [[True]], [["3"]], [[-(2**70)]]):
+        with pytest.raises(ValueError, match="non-negative integers"):
+            TorchKnapsack(bad, [3])
+    with pytest.raises(ValueError, match="non-negative integers"):
+        TorchKnapsack([[1]], [2.5])
+
+
+@given(
+    n=st.integers(1, 9),
+    dims=st.integers(1, 2),
+    seed=st.integers(0, 2**31 - 1),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
+def test_accelerator_kernels_on_cpu_tensors_follow_brute_force_ties_included(
+    n: int, dims: int, seed: int, dtype: torch.dtype
+) -> None:
+    """The torch kernels that run on accelerators, run here on CPU tensors: the same states as the NumPy
+    kernels of the CPU path and as the tie rule by enumeration, with many ties (integer values)."""
+    rng = np.random.default_rng(seed)
+    weights = rng.integers(0, 5, (n, dims))
+    caps = rng.integers(0, 10, dims)
+    values = torch.from_numpy(rng.integers(-2, 4, (8, n)).astype(np.float64)).to(dtype)
+    expected = np.array([brute_force(weights, caps, v) for v in values.double().numpy()])
+    dp = TorchKnapsack(weights, caps, method="dp")
+    enum = TorchKnapsack(weights, caps, method="enumerate")
+    for got in (
+        dp._solve_dp_torch(values),
+        enum._solve_enumerate_torch(values),
+        dp.solve_torch(values),  # the NumPy kernels
+        enum.solve_torch(values),
+    ):
+        assert got.dtype == dtype
+        np.testing.assert_array_equal(got.double().numpy(), expected)
