@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from .._checks import one_of
+from .._checks import non_negative_int, one_of
 from ..errors import InvalidWeightsError
 from ..oracle import TorchOracle
 
@@ -176,6 +176,42 @@ class TorchKnapsack(TorchOracle):
         else:
             self._build_dp(lattice)
         self._device_cache: dict[torch.device, dict[str, torch.Tensor]] = {}
+
+    @classmethod
+    def from_decimal(cls, weights: Any, capacities: Any, decimals: int = 2, **kwargs: Any) -> TorchKnapsack:
+        """The knapsack of item weights given to ``decimals`` places, scaled exactly to integers.
+
+        ``W z ≤ C`` ⟺ ``(10^d W) z ≤ ⌊10^d C⌋`` when every weight is a multiple of ``10^−d``: the same
+        feasible sets. PyEPO's knapsack draws its weights from ``3.00 … 7.99`` (``decimals=2``).
+
+        Parameters
+        ----------
+        weights, capacities
+            As for `TorchKnapsack`, in decimals.
+        decimals
+            ``d``, the places the weights are given to.
+        **kwargs
+            Passed to `TorchKnapsack` (``method``, ``expected_nonzeros``).
+
+        Raises
+        ------
+        ValueError
+            When a weight is not a multiple of ``10^−d`` (within ``10^−6`` of one after scaling), or
+            for what `TorchKnapsack` refuses.
+        """
+        scale = 10 ** non_negative_int("decimals", decimals)
+        with np.errstate(invalid="ignore", over="ignore"):
+            w = np.asarray(weights, dtype=np.float64) * scale  # 10^d W
+            caps = np.asarray(capacities, dtype=np.float64) * scale  # 10^d C
+        w_int = np.rint(w)
+        if not (np.abs(w - w_int) <= 1e-6).all():
+            raise ValueError(
+                f"weights must be multiples of 10**-{decimals} (decimals={decimals}); scale them yourself "
+                "or pass more decimals"
+            )
+        near = np.abs(caps - np.rint(caps)) <= 1e-6  # 20.00 × 100 is 2000, not 1999.9999
+        caps_int = np.where(near, np.rint(caps), np.floor(caps))  # ⌊10^d C⌋
+        return cls(w_int, caps_int, **kwargs)
 
     # ---- set-up ----------------------------------------------------------------------------------
 

@@ -225,3 +225,24 @@ def test_accelerator_kernels_on_cpu_tensors_follow_brute_force_ties_included(
     ):
         assert got.dtype == dtype
         np.testing.assert_array_equal(got.double().numpy(), expected)
+
+
+def test_from_decimal_scales_to_the_same_feasible_sets() -> None:
+    rng = np.random.default_rng(5)
+    weights = rng.choice(range(300, 800), size=(9, 2)) / 100  # PyEPO: 3.00 … 7.99
+    oracle = TorchKnapsack.from_decimal(weights, [20.0, 12.345])
+    np.testing.assert_array_equal(oracle.weights, np.rint(weights * 100))
+    assert oracle.capacities.tolist() == [2000, 1234]  # ⌊100 C⌋; 20.00 is not 1999.99…
+    values = rng.normal(size=(16, 9))
+    states = np.array([[(code >> i) & 1 for i in range(9)] for code in range(2**9)], dtype=float)
+    feasible = states[(states @ weights <= np.array([20.0, 12.345])).all(1)]  # the decimal model
+    best = (feasible @ values.T).max(0)
+    z = oracle.solve_torch(torch.from_numpy(values)).numpy()
+    np.testing.assert_allclose((z * values).sum(1), best, rtol=1e-12)
+    assert TorchKnapsack.from_decimal([[3], [4]], [5], decimals=0, method="dp").method == "dp"
+    with pytest.raises(ValueError, match="multiples of 10\\*\\*-2"):
+        TorchKnapsack.from_decimal([[3.001], [4.0]], [5.0])
+    with pytest.raises(ValueError, match="decimals"):
+        TorchKnapsack.from_decimal([[3.0]], [5.0], decimals=-1)
+    with pytest.raises(ValueError, match="non-negative integers"):
+        TorchKnapsack.from_decimal([[3.0]], [np.nan])

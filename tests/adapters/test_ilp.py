@@ -167,7 +167,7 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
         ({"c_size": 3, "integer": False, "backend": "cpsat"}, "continuous"),
         ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
-        # issue repros: raw pybind RuntimeError / TypeError before, a ValueError naming the row/variable now
+        # these gave a raw pybind RuntimeError / TypeError; now a ValueError naming the row or variable
         ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
         ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
         (

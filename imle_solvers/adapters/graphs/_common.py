@@ -16,8 +16,8 @@ from ...oracle import MapOracle
 
 __all__: list[str] = []
 
-#: batch rows solved by one SciPy Dijkstra call (`_block_dijkstra`; one heap per row).
 _GRID_CHUNK = 16
+"""Batch rows solved by one SciPy Dijkstra call (`_block_dijkstra`; one heap per row)."""
 
 
 def _networkx() -> Any:
@@ -47,10 +47,11 @@ def _grid_shape(height: Any, width: Any, neighbourhood: Any) -> tuple[int, int, 
     return h, w, int(one_of("neighbourhood", neighbourhood, (4, 8)))
 
 
-#: weights up to 2^_SAFE_EXP (≈ 1.3e154) cannot overflow any sum of ≤ 2^400 of them
 _SAFE_EXP = 512
-#: rows beyond that are scaled by a power of two so that their largest |weight| is at most 2^_SCALED_EXP
+"""Weights up to ``2^_SAFE_EXP`` (≈ 1.3e154) cannot overflow any sum of ≤ 2^400 of them."""
 _SCALED_EXP = 600
+"""Rows beyond that are scaled by a power of two so that their largest ``|weight|`` is at most
+``2^_SCALED_EXP``."""
 
 
 def _scale_rows(w: np.ndarray) -> np.ndarray:

@@ -33,12 +33,11 @@ class GridShortestPath(_GraphOracle):
     -----
     *Negative weights.* Any cycle's cost is half the sum of its consecutive pair sums
     ``w_u + w_v``, so the grid has a negative cycle iff two adjacent cells sum below 0: then
-    [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the potential ``h = w / 2``
-    (Johnson reweighting) turns the
-    problem into an undirected graph with edge costs ``(w_u + w_v) / 2 ≥ 0`` whose paths cost
-    ``path cost − (w_s + w_t) / 2``: Dijkstra on it (with the costs doubled, ``w_u + w_v``) is exact,
-    negative cell weights included. (Rows without a negative cell take the cheaper direct form: arc
-    ``u → v`` costs ``w_v``.)
+    [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the potential
+    ``h = w / 2`` (Johnson reweighting) turns the problem into an undirected graph with edge costs
+    ``(w_u + w_v) / 2 ≥ 0`` whose paths cost ``path cost − (w_s + w_t) / 2``: Dijkstra on it (with the
+    costs doubled, ``w_u + w_v``) is exact, negative cell weights included. (Rows without a negative
+    cell take the cheaper direct form: arc ``u → v`` costs ``w_v``.)
 
     *Speed.* The arc structure is built once; a call only fills the arc costs of a per-thread SciPy
     matrix and runs ``scipy.sparse.csgraph.dijkstra``. `solve_batch` stacks up to 16 rows into

@@ -45,21 +45,22 @@ class ShortestPath(_GraphOracle):
     Only the part of the graph that lies on some ``source → target`` walk matters (nodes reachable
     from ``source`` that reach ``target``); it is found once, here. Per call:
 
-    * **DAG** (that part acyclic): topological dynamic programme, exact for any weights, ``O(V + E)``;
+    * **DAG** (that part acyclic): the level-synchronous dynamic programme of
+      [`DAGShortestPath`][imle_solvers.DAGShortestPath], exact for any weights, ``O(V + E)``;
     * **directed, all arc costs ≥ 0**: Dijkstra (``scipy.sparse.csgraph``), ``O(E log V)``;
     * **directed, some cost < 0**: Bellman-Ford (``scipy.sparse.csgraph``), ``O(V E)``;
     * **undirected**: each edge is two opposite arcs, so an edge of negative cost is a negative
       2-cycle (walk it back and forth) and raises
-      [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. With node weights the
-      cycle ``u → v → u`` costs ``w_u + w_v``; when no adjacent pair sums below 0 the potential
-      ``h = w / 2`` (Johnson reweighting) makes every arc cost ``(w_u + w_v) / 2 ≥ 0`` and Dijkstra is
-      exact, negative node weights included.
+      [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. With node weights the cycle
+      ``u → v → u`` costs ``w_u + w_v``; when no adjacent pair sums below 0 the potential ``h = w / 2``
+      (Johnson reweighting) makes every arc cost ``(w_u + w_v) / 2 ≥ 0`` and Dijkstra is exact,
+      negative node weights included.
 
     A negative cycle on the way (reachable from ``source`` and reaching ``target``) makes the shortest
-    walk unbounded: [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the returned
-    path is simple and optimal
-    (within floating-point rounding; cycles of total cost zero that rounding makes slightly negative
-    are reported as negative). No path at all: [`InfeasibleError`][imle_solvers.errors.InfeasibleError].
+    walk unbounded: [`NegativeCycleError`][imle_solvers.errors.NegativeCycleError]. Otherwise the
+    returned path is simple and optimal (within floating-point rounding; cycles of total cost zero that
+    rounding makes slightly negative are reported as negative). No path at all:
+    [`InfeasibleError`][imle_solvers.errors.InfeasibleError].
 
     ``solve_batch`` gives every row the state ``solve`` gives it, faster: a DAG batch runs the DP on
     all rows at once; otherwise rows with non-negative arc costs go 16 at a time through one SciPy
