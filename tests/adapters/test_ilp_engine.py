@@ -1,0 +1,115 @@
+"""The engine interface of the ILP family: every outcome becomes a checked state or its typed error."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from imle_solvers import ILP
+from imle_solvers.adapters.ilp._check import FeasibilityCheck
+from imle_solvers.adapters.ilp._engine import Engine, EngineOracle, Outcome, check_single
+from imle_solvers.adapters.ilp._linear import LinearForm
+from imle_solvers.errors import (
+    ImleSolversError,
+    InfeasibleError,
+    InvalidSolutionError,
+    InvalidWeightsError,
+    SolverTimeoutError,
+    UnboundedError,
+    UnprovenSolutionWarning,
+)
+
+
+class _Scripted:
+    """An engine that returns a fixed outcome and records the costs it was handed."""
+
+    def __init__(self, outcome: Outcome, integral: bool = False) -> None:
+        self.outcome, self.integral = outcome, integral
+        self.costs: list[list[float]] = []
+
+    def solve(self, costs: np.ndarray) -> Outcome:
+        self.costs.append(costs.tolist())
+        return self.outcome
+
+
+class _Oracle(EngineOracle):
+    def __init__(self, engine: Engine, sense: str = "min", check: bool = True, strict: bool = False) -> None:
+        self.sense = sense  # type: ignore[assignment]
+        self.n_vars = 2
+        self.label = "Scripted(x)"
+        self.time_limit = 1.5
+        self.strict = strict
+        self._engine = engine
+        form = LinearForm.from_matrices(2, A_ub=[[1.0, 1.0]], b_ub=[1.0])  # z0 + z1 ≤ 1, 0/1
+        self._check = FeasibilityCheck(form) if check else None
+
+
+@pytest.mark.parametrize("sense", ["min", "max"])
+def test_weights_become_costs_to_minimise(sense: str) -> None:
+    engine = _Scripted(Outcome("optimal", [1.0, 0.0]))
+    assert _Oracle(engine, sense).solve(np.array([2.0, -3.0])).tolist() == [1.0, 0.0]
+    assert engine.costs == [[2.0, -3.0] if sense == "min" else [-2.0, 3.0]]
+
+
+def test_states_are_checked_snapped_or_taken_as_they_are() -> None:
+    assert _Oracle(_Scripted(Outcome("optimal", [1.0 - 1e-9, 0.0]))).solve(np.zeros(2)).tolist() == [1.0, 0.0]
+    with pytest.raises(InvalidSolutionError, match=r"Scripted\(x\).*constraint row 0"):
+        _Oracle(_Scripted(Outcome("optimal", [1.0, 1.0]))).solve(np.zeros(2))
+    with pytest.raises(InvalidSolutionError, match="fractional"):
+        _Oracle(_Scripted(Outcome("optimal", [0.5, 0.0]))).solve(np.zeros(2))
+    integral = _Scripted(Outcome("optimal", [0.0, 1.0, 7.0]), integral=True)  # an auxiliary column
+    unchecked = _Oracle(integral, check=False)
+    assert unchecked.solve(np.zeros(2)).tolist() == [0.0, 1.0]  # the engine's values are the state
+
+
+def test_unproven_states_warn_or_raise_when_strict() -> None:
+    engine = _Scripted(Outcome("feasible", [0.0, 1.0]))
+    with pytest.warns(UnprovenSolutionWarning, match=r"Scripted\(x\): time limit of 1.5 s"):
+        assert _Oracle(engine).solve(np.zeros(2)).tolist() == [0.0, 1.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SolverTimeoutError, match="strict=True"):
+            _Oracle(engine, strict=True).solve(np.zeros(2))
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "words"),
+    [
+        ("infeasible", InfeasibleError, r"Scripted\(x\): the model is infeasible \(said\)"),
+        ("unbounded", UnboundedError, r"unbounded for these weights \(said\)"),
+        ("timeout", SolverTimeoutError, "no feasible state found within the time limit of 1.5 s"),
+        ("error", ImleSolversError, r"solver failed \(said\)"),
+    ],
+)
+def test_every_failure_is_its_typed_error_naming_the_row(status: str, error: type, words: str) -> None:
+    oracle = _Oracle(_Scripted(Outcome(status, None, "said")))  # type: ignore[arg-type]
+    with pytest.raises(error, match=words) as info:
+        oracle.solve_batch(np.zeros((3, 2)))
+    assert info.type is error and info.value.rows == (0,)
+
+
+def test_weights_are_checked_before_the_engine_runs() -> None:
+    engine = _Scripted(Outcome("optimal", [0.0, 0.0]))
+    for bad in (np.zeros(3), np.array([np.nan, 0.0]), np.array([np.inf, -np.inf]), np.zeros((1, 2))):
+        with pytest.raises(InvalidWeightsError):
+            _Oracle(engine).solve(bad)
+    assert engine.costs == []
+    big = np.zeros(300)
+    big[7] = np.nan
+    with pytest.raises(InvalidWeightsError, match="NaN or inf"):
+        check_single(big, 300, "t")  # the NumPy reduction of large models
+    assert check_single([1, 2], 2, "t").dtype == np.float64
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "cbc", "highs"])
+def test_every_back_end_is_an_engine_behind_the_same_oracle(backend: str) -> None:
+    ilp = ILP(3, A_eq=[[1, 1, 1]], b_eq=[1], sense="max", backend=backend)  # type: ignore[arg-type]
+    assert isinstance(ilp.oracle, EngineOracle)
+    engine = ilp.oracle._engine
+    assert engine.integral is (backend == "cpsat")
+    outcome = engine.solve(np.array([0.0, -2.0, 1.0]))  # costs: minimise
+    assert isinstance(outcome, Outcome) and outcome.status == "optimal"
+    assert [round(v) for v in outcome.values or []][:3] == [0, 1, 0]
+    assert ilp.solve(np.array([0.0, 2.0, -1.0])).tolist() == [0.0, 1.0, 0.0]
