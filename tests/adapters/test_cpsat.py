@@ -230,3 +230,23 @@ def test_python_and_numpy_scaling_agree(monkeypatch: pytest.MonkeyPatch, sense: 
     z = oracle.solve(w := rng.normal(size=300))  # the numpy path end to end (m = 300 > SMALL)
     best = np.argsort(w)[:5] if sense == "min" else np.argsort(-w)[:5]
     assert sorted(np.flatnonzero(z).tolist()) == sorted(best.tolist())
+
+
+def test_rows_are_scaled_to_coprime_integers_with_their_bounds() -> None:
+    """CP-SAT sees each row divided by the gcd of its coefficients, bounds rounded inwards: the same
+    integer points (2x + 4y ≤ 5 is x + 2y ≤ 2)."""
+    from imle_solvers.adapters.ilp._linear import LinearForm
+
+    form = LinearForm.from_matrices(
+        3, A_ub=[[2.0, 4.0, 0.0], [0.3, 0.6, 0.9]], b_ub=[5.0, 1.0], A_eq=[[3.0, 0.0, 6.0]], b_eq=[6.0]
+    )
+    coefs, lbs, ubs = form.integral_rows()
+    assert coefs == [[1, 2], [1, 2, 3], [1, 2]] and lbs == [None, None, 2] and ubs == [2, 3, 2]
+    for sense, w, best in (
+        ("max", [1.0, 0.5, 0.0], [1.0, 0.0, 0.0]),
+        ("max", [0.0, 1.0, 3.0], [0.0, 0.0, 1.0]),
+    ):
+        ilp = ILP(3, A_ub=[[2.0, 4.0, 0.0], [0.3, 0.6, 0.9]], b_ub=[5.0, 1.0], sense=sense)  # type: ignore[arg-type]
+        assert ilp.solve(np.array(w)).tolist() == best
+    gcd_only = ILP(2, A_ub=[[2.0, 2.0]], b_ub=[3.0], sense="max")  # 2x + 2y ≤ 3: one of the two
+    assert gcd_only.solve(np.array([1.0, 2.0])).tolist() == [0.0, 1.0]

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from imle_solvers import IMLE, MapOracle, TorchOracle
@@ -83,6 +83,9 @@ def _plan(edges: list[tuple[int, int]], source: int, target: int) -> LevelPlan:
 
 
 @given(random_dag(), st.integers(0, 2**31 - 1), st.sampled_from(["ties", "normal", "float32"]))
+@example(([(1, 2), (1, 3), (2, 3)], 1, 3), 0, "normal")  # paths of 1 and 2 arcs
+@example(([(0, 1), (1, 2), (2, 4), (1, 4), (0, 1), (3, 1), (2, 5)], 1, 4), 3, "ties")  # parallel, useless
+@example(([(0, 1), (1, 2), (2, 3), (0, 3), (1, 3), (0, 2)], 0, 3), 7, "float32")
 def test_every_executor_follows_the_tie_rule_of_brute_force(dag: tuple, seed: int, kind: str) -> None:
     """Plain Python, NumPy and torch (run on CPU tensors, as on an accelerator): the same optimal states,
     ties included, as the tie rule by enumeration; hop counts as by enumeration."""
@@ -121,7 +124,11 @@ def test_plan_levels_predecessors_and_unusable_arcs() -> None:
     assert [nodes.tolist() for nodes, _ in plan.levels] == [[1], [2]]
     assert plan.predecessors(np.array([[1.0, 2.0, 1.0, -9.0, -9.0]])).tolist() == [[-1, 0, 1, -1, -1]]  # tie
     cheap_detours = np.array([[-5.0, 0.0, -5.0, -100.0, -100.0]])
-    assert plan.path(cheap_detours).tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]]
+    assert plan.path(cheap_detours).tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]]  # one row: plain Python
+    many = np.repeat(cheap_detours, 64, axis=0)  # a batch: NumPy, the backtrack takes max_hops steps
+    assert (plan.min_hops, plan.max_hops) == (1, 2)
+    assert plan.path(many).tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]] * 64
+    assert plan.path_torch(torch.from_numpy(many)).tolist() == [[1.0, 0.0, 1.0, 0.0, 0.0]] * 64
     with pytest.raises(ValueError, match="cycle"):
         LevelPlan(4, [0, 1, 2, 1], [1, 2, 1, 3], 0, 3)  # 1 → 2 → 1 on the way
     off_the_way = LevelPlan(4, [0, 2, 3], [1, 3, 2], 0, 1)  # a cycle no path uses: ignored

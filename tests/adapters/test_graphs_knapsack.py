@@ -240,6 +240,11 @@ def test_from_decimal_scales_to_the_same_feasible_sets() -> None:
     z = oracle.solve_torch(torch.from_numpy(values)).numpy()
     np.testing.assert_allclose((z * values).sum(1), best, rtol=1e-12)
     assert TorchKnapsack.from_decimal([[3], [4]], [5], decimals=0, method="dp").method == "dp"
+    tight = TorchKnapsack.from_decimal([[0.29], [0.1]], [0.29])  # 0.29 × 100 = 28.999999999999996
+    assert tight.capacities.tolist() == [29] and tight.solve_torch(torch.tensor([2.0, 1.0])).tolist() == [
+        1.0,
+        0.0,
+    ]
     with pytest.raises(ValueError, match="multiples of 10\\*\\*-2"):
         TorchKnapsack.from_decimal([[3.001], [4.0]], [5.0])
     with pytest.raises(ValueError, match="decimals"):
