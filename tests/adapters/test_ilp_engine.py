@@ -103,6 +103,7 @@ def test_weights_are_checked_before_the_engine_runs() -> None:
     assert check_single([1, 2], 2, "t").dtype == np.float64
 
 
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("backend", ["cpsat", "cbc", "highs"])
 def test_every_back_end_is_an_engine_behind_the_same_oracle(backend: str) -> None:
     ilp = ILP(3, A_eq=[[1, 1, 1]], b_eq=[1], sense="max", backend=backend)  # type: ignore[arg-type]
