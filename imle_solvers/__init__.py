@@ -56,6 +56,8 @@ _LAZY: dict[str, str] = {
     "SpanningTree": ".adapters",
     "DAGShortestPath": ".adapters",
     "ClampedCosts": ".adapters",
+    "TorchMatching": ".adapters",
+    "TorchSpanningTree": ".adapters",
 }
 
 __all__ = [
@@ -97,7 +99,9 @@ __all__ = [
     "SumOfGamma",
     "TargetDistribution",
     "TopK",
+    "TorchMatching",
     "TorchOracle",
+    "TorchSpanningTree",
     "UnboundedError",
     "UnprovenSolutionWarning",
     "WorkerCrashedError",
@@ -121,6 +125,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         PulpOracle,
         ShortestPath,
         SpanningTree,
+        TorchMatching,
+        TorchSpanningTree,
     )
     from .ilp import ILP
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret  # type: ignore[attr-defined]

@@ -11,6 +11,9 @@ installed raises [`MissingExtraError`][imle_solvers.errors.MissingExtraError] na
   [`SpanningTree`][imle_solvers.SpanningTree] (NetworkX / SciPy, extra ``graphs``)
 * ``graphs/torch_grid.py`` — [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath], the
   grid path on the weights' device
+* ``graphs/matching.py``, ``graphs/spanning_tree.py`` —
+  [`TorchMatching`][imle_solvers.TorchMatching] (bipartite assignment) and
+  [`TorchSpanningTree`][imle_solvers.TorchSpanningTree], batched on the weights' device
 * ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack], 0/1 knapsack with integer
   weights on the weights' device
 * ``dag.py``    — [`DAGShortestPath`][imle_solvers.adapters.DAGShortestPath], a batched device-native
@@ -33,6 +36,8 @@ _LAZY: dict[str, str] = {
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
     "TorchGridShortestPath": ".graphs",
+    "TorchMatching": ".graphs",
+    "TorchSpanningTree": ".graphs",
     "TorchKnapsack": ".knapsack",
     "DAGShortestPath": ".dag",
     "ClampedCosts": ".clamp",
@@ -54,6 +59,8 @@ if TYPE_CHECKING:  # pragma: no cover
         ShortestPath,
         SpanningTree,
         TorchGridShortestPath,
+        TorchMatching,
+        TorchSpanningTree,
     )
     from .knapsack import TorchKnapsack  # noqa: F401
     from .pulp import PulpOracle  # noqa: F401

@@ -14,7 +14,11 @@ MAP state of the *costs*, ``θ = −c``).
 * [`TorchGridShortestPath`][imle_solvers.adapters.TorchGridShortestPath] — the same grid path as a
   batched torch oracle on the weights' device (CPU or GPU);
 * [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
-* [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest.
+* [`TorchMatching`][imle_solvers.TorchMatching] — the bipartite assignment, batched on the weights'
+  device (SciPy's states, ties included);
+* [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest;
+* [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] — the same forest, batched on the weights'
+  device.
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
@@ -22,16 +26,25 @@ NetworkX is imported lazily through [`imle_solvers.errors.require`][imle_solvers
 (extra ``graphs``).
 
 One module per problem: ``shortest_path.py``, ``grid.py`` (host grid path; it re-exports the device
-one), ``torch_grid.py`` (device-native grid path), ``matching.py``, ``spanning_tree.py``; ``_common.py``
-holds the shared plumbing.
+one), ``torch_grid.py`` (device-native grid path), ``matching.py`` (host and device; the CUDA kernel
+in ``_lsap_triton.py``), ``spanning_tree.py`` (host and device); ``_common.py`` holds the shared
+plumbing.
 """
 
 from __future__ import annotations
 
 from .grid import GridShortestPath
-from .matching import Matching
+from .matching import Matching, TorchMatching
 from .shortest_path import ShortestPath
-from .spanning_tree import SpanningTree
+from .spanning_tree import SpanningTree, TorchSpanningTree
 from .torch_grid import TorchGridShortestPath
 
-__all__ = ["GridShortestPath", "Matching", "ShortestPath", "SpanningTree", "TorchGridShortestPath"]
+__all__ = [
+    "GridShortestPath",
+    "Matching",
+    "ShortestPath",
+    "SpanningTree",
+    "TorchGridShortestPath",
+    "TorchMatching",
+    "TorchSpanningTree",
+]
