@@ -43,8 +43,13 @@ def check(ok: bool, what: str) -> None:
 
 
 def seconds(fn: Callable[[], Any], device: str, reps: int) -> float:
-    """Median wall time of ``fn`` (after one warm-up call), synchronising around CUDA calls."""
+    """Median wall time of ``fn`` (after one warm-up call), synchronising around CUDA calls; one
+    timed call only when the warm-up took over 2 s."""
+    start = time.perf_counter()
     fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    reps = 1 if time.perf_counter() - start > 2.0 else reps
     times = []
     for _ in range(reps):
         if device == "cuda":
