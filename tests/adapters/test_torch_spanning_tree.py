@@ -192,6 +192,7 @@ def test_nan_rows_are_named_and_bad_arguments_refused() -> None:
         ([(True, 1)], "pairs"),
         ([(0.0, 1)], "pairs"),
         ([(-1, 1)], "pairs"),
+        ([3], "pairs"),
     ]:
         with pytest.raises(ValueError, match=match):
             TorchSpanningTree(3, bad_edges)

@@ -217,12 +217,12 @@ class TorchMatching(TorchOracle):
             )
         lead = weights.shape[:-1]
         w = weights.detach().reshape(-1, self.n_vars)  # θ   [N, R·C]
-        if w.device.type == "cpu":
-            states = torch.from_numpy(self._solve_host(w.to(torch.float64).numpy()))
+        if w.device.type == "cpu":  # dtype conversions in NumPy (torch's wake its intra-op threads)
+            states = _from_numpy(self._solve_host(_to_numpy(w)), weights.dtype)
         elif self._kernel_available(w.device):
             states = self._solve_device(w)
         else:  # one host copy of the batch (synchronises), SciPy, one copy back; bad rows → NaN
-            states = torch.from_numpy(self._solve_host(w.to(torch.float64).cpu().numpy(), nan_rows=True))
+            states = torch.from_numpy(self._solve_host(_to_numpy(w.cpu()), nan_rows=True))
         return states.to(device=weights.device, dtype=weights.dtype).reshape(*lead, self.n_vars)
 
     # ---- CPU: SciPy, row by row (threads for large batches) ----------------------------------------
@@ -325,3 +325,16 @@ def _assign(wide: np.ndarray, rows: np.ndarray, partner: np.ndarray, failed: np.
             partner[r] = linear_sum_assignment(wide[r], True)[1]  # maximize=True; rows come back 0…k−1
         except ValueError:  # "cost matrix is infeasible": no assignment avoids the -inf pairs
             failed[r] = True
+
+
+def _to_numpy(w: torch.Tensor) -> np.ndarray:
+    """A CPU tensor as a float64 array (a view when it is float64 already)."""
+    if w.dtype in (torch.float16, torch.float32, torch.float64):
+        return w.numpy().astype(np.float64, copy=False)
+    return w.to(torch.float64).numpy()
+
+
+def _from_numpy(states: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """float64 states as a tensor of ``dtype``, converted by NumPy where it has the dtype."""
+    np_dtype = {torch.float16: np.float16, torch.float32: np.float32}.get(dtype)
+    return torch.from_numpy(states.astype(np_dtype) if np_dtype is not None else states)
