@@ -116,6 +116,10 @@ def test_edges_order_and_leading_dimensions() -> None:
     assert z.shape == w.shape and z.dtype == w.dtype
     assert torch.equal(z.reshape(-1, 6), oracle.solve_torch(w.reshape(-1, 6)))
     assert oracle.solve_torch(torch.zeros(0, 6)).shape == (0, 6)
+    for dtype in (torch.bfloat16, torch.int64):  # no NumPy twin / not floating: converted by torch
+        z_other = oracle.solve_torch(w[0, 0].round().to(dtype))
+        assert z_other.dtype == dtype
+        assert torch.equal(z_other.double(), oracle.solve_torch(w[0, 0].round().to(dtype).double()))
     assert torch.equal(
         oracle.solve_torch(torch.tensor([1.0, 0, 0, 0, 0, 1], dtype=torch.float16)),
         torch.tensor([1.0, 0, 0, 0, 0, 1], dtype=torch.float16),

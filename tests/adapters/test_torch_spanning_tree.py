@@ -174,6 +174,12 @@ def test_shapes_dtypes_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.equal(oracle.solve_torch(w), z)
     assert oracle.solve_torch(torch.zeros(0, 30)).shape == (0, 30)
     assert oracle.solve_torch(torch.zeros(30, dtype=torch.int64)).dtype == torch.int64
+    half = w.reshape(-1, 30)[:4].to(torch.bfloat16)  # no NumPy twin: the NaN check runs in torch
+    assert torch.equal(oracle.solve_torch(half).double(), oracle.solve_torch(half.double()))
+    half[2, 3] = float("nan")
+    with pytest.raises(InvalidWeightsError) as info:
+        oracle.solve_torch(half)
+    assert info.value.rows == (2,)
 
 
 def test_nan_rows_are_named_and_bad_arguments_refused() -> None:
