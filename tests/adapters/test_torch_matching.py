@@ -263,22 +263,22 @@ def _device() -> torch.device:
     return torch.device("cpu")
 
 
-def _kernel_cases(seed: int, count: int, max_n: int) -> list[tuple[int, int, torch.Tensor]]:
+def _kernel_cases(seed: int, count: int, max_n: int, rows: int = 2) -> list[tuple[int, int, torch.Tensor]]:
+    """``count`` instances of ``rows`` rows, sides 2 … ``max_n``: integer ties, floats, 0/1 matrices
+    (many equal distances: the tie rule), and 0/1 with forbidden pairs (some rows infeasible)."""
     rng = np.random.default_rng(seed)
     cases = []
     for k in range(count):
-        r, c = (int(x) for x in rng.integers(1, max_n + 1, 2))
+        r, c = (int(x) for x in rng.integers(2, max_n + 1, 2))
         kind = k % 4
         if kind == 0:
-            w = rng.integers(-2, 3, (3, r * c)).astype(np.float64)  # ties
+            w = rng.integers(-2, 3, (rows, r * c)).astype(np.float64)
         elif kind == 1:
-            w = rng.normal(size=(3, r * c))
-        elif kind == 2:
-            w = np.zeros((3, r * c))
-            w[1] = 1.0
+            w = rng.normal(size=(rows, r * c))
         else:
-            w = rng.integers(0, 2, (3, r * c)).astype(np.float64)
-            w[rng.random((3, r * c)) < 0.25] = -np.inf  # forbidden pairs, some rows infeasible
+            w = rng.integers(0, 2, (rows, r * c)).astype(np.float64)
+            if kind == 3:
+                w[rng.random((rows, r * c)) < 0.25] = -np.inf
         cases.append((r, c, torch.from_numpy(w)))
     return cases
 
@@ -292,10 +292,28 @@ def _check_kernel(cases: list[tuple[int, int, torch.Tensor]], device: torch.devi
         assert torch.equal(got.nan_to_num(), expected.nan_to_num()), (r, c, w)
 
 
+#: small matrices whose SciPy state depends on the order in which a search removes columns from its
+#: scan list (a kernel that ignores it gets them wrong)
+SCAN_ORDER_TIES = [
+    (2, 4, [1, 1, 2, 0, 1, 0, 2, 1]),
+    (3, 4, [0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0]),
+    (4, 3, [1, 1, 1, 1, 1, 0, 2, 2, 1, 1, 0, 1]),
+    (4, 4, [0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 1, 1]),
+]
+#: small matrices whose searches revisit rows, so that a wrong row or column dual changes the state
+DUAL_UPDATES = [
+    (3, 3, [-8, -4, -2, 0, -4, 7, 1, 9, 8]),
+    (3, 3, [2, 5, -3, 6, 9, -8, 1, -2, -9]),
+    (3, 3, [6, 7, 3, -9, 3, -5, 6, 8, -1]),
+    (3, 4, [-4, 0, 6, 1, -1, -3, 6, 2, -1, 3, 9, 6]),
+]
+
+
 @pytest.mark.timeout(60)
 def test_kernel_gives_scipy_states() -> None:
     device = _device()
-    _check_kernel(_kernel_cases(0, 16, 5), device)
+    fixed = [(r, c, torch.tensor([w], dtype=torch.float64)) for r, c, w in SCAN_ORDER_TIES + DUAL_UPDATES]
+    _check_kernel(fixed + _kernel_cases(11, 4, 5), device)
     oracle = TorchMatching(2, 3)
     w = torch.zeros(4, 6, dtype=torch.float64)
     w[0, 1] = float("nan")  # bad rows come back NaN, the others are solved
@@ -311,4 +329,4 @@ def test_kernel_gives_scipy_states() -> None:
 @pytest.mark.timeout(900)
 def test_kernel_gives_scipy_states_many() -> None:
     device = _device()
-    _check_kernel(_kernel_cases(1, 120, 9), device)
+    _check_kernel(_kernel_cases(1, 150, 10, rows=3), device)

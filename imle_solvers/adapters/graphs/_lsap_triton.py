@@ -24,7 +24,8 @@ def _lsap_program(  # type: ignore[no-untyped-def]
     cost_ptr, ok_ptr, col4row_ptr, status_ptr, n_rows, n_cols, BLOCK: tl.constexpr
 ):
     """Solve instance ``program_id(0)``: costs ``[n_rows, n_cols]`` (``n_rows ≤ n_cols``, float64,
-    minimised) → ``col4row`` (the column of every row) and ``status`` (0 solved, 1 infeasible)."""
+    minimised) → ``col4row`` (the column of every row) and ``status`` (0 solved, 1 infeasible, 2 a
+    loop bound was hit, which the algorithm never does)."""
     b = tl.program_id(0).to(tl.int64)
     base = cost_ptr + b * n_rows * n_cols
     offs = tl.arange(0, BLOCK)  # lane = column j (column vectors) or row i (row vectors)
@@ -50,7 +51,7 @@ def _lsap_program(  # type: ignore[no-untyped-def]
         i = cur
         u_i = tl.sum(tl.where(offs == cur, u, 0.0), axis=0)
         sink = tl.full([], -1, tl.int32)
-        while sink < 0:
+        while (sink < 0) & (n_left > 0):  # (a free column always exists: n_left bounds the loop anyway)
             seen = seen | (offs == i)
             c = tl.load(base + i.to(tl.int64) * n_cols + offs, mask=cols, other=float("inf"))
             r = min_val + c - u_i - v  # r = minVal + cost[i, j] − u[i] − v[j], left to right
@@ -83,6 +84,9 @@ def _lsap_program(  # type: ignore[no-untyped-def]
                 via = tl.where(offs == mate, lowest, via)
                 i = mate
                 u_i = tl.sum(tl.where(offs == mate, u, 0.0), axis=0)
+        if sink < 0:  # never taken (the rows ≤ the columns): a guard against an endless kernel
+            status = tl.full([], 2, tl.int32)
+            n_todo = cur
         if status == 0:
             # -- dual update: u[cur] += minVal; u[i] += minVal − spc[col4row[i]]; v[j] −= minVal − spc[j]
             u = tl.where(offs == cur, u + min_val, u)
@@ -91,13 +95,18 @@ def _lsap_program(  # type: ignore[no-untyped-def]
             # -- augment along the path back to row `cur`
             j = sink
             done = tl.zeros([], tl.int32)
-            while done == 0:
+            hops = tl.zeros([], tl.int32)
+            while (done == 0) & (hops <= cur):  # the path back to row `cur` has at most cur + 1 hops
                 i = tl.sum(tl.where(offs == j, path, 0), axis=0)
                 row4col = tl.where(offs == j, i, row4col)
                 nxt = tl.sum(tl.where(offs == i, col4row, 0), axis=0)
                 col4row = tl.where(offs == i, j, col4row)
                 j = nxt
+                hops += 1
                 done = (i == cur).to(tl.int32)
+            if done == 0:  # never taken: the same guard
+                status = tl.full([], 2, tl.int32)
+                n_todo = cur
             cur += 1
     tl.store(col4row_ptr + b * n_rows + offs, col4row, mask=offs < n_rows)
     tl.store(status_ptr + b, status)
@@ -127,7 +136,8 @@ def launch_config(n_cols: int) -> tuple[int, int]:
 
 def solve(cost: torch.Tensor, ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Assign ``[B, R, C]`` float64 costs (``R ≤ C ≤ MAX_COLS``, minimised; rows with ``ok`` false are
-    skipped) → ``col4row [B, R]`` int32 and ``status [B]`` int32 (0 solved, 1 infeasible)."""
+    skipped) → ``col4row [B, R]`` int32 and ``status [B]`` int32 (0 solved, 1 infeasible, 2 a loop bound
+    hit: never, by construction; the caller treats any nonzero status as a failed row)."""
     n, rows, cols = cost.shape
     col4row = torch.full((n, rows), -1, dtype=torch.int32, device=cost.device)
     status = torch.zeros(n, dtype=torch.int32, device=cost.device)
