@@ -1,13 +1,22 @@
 """TorchMatching against SciPy's linear_sum_assignment (states, ties included), brute force and the
-blossom Matching; its errors, its threads, inside an I-MLE layer, and its Triton kernel (on the CPU
-through Triton's interpreter, or on CUDA when there is one)."""
+blossom Matching; its errors, its threads, inside an I-MLE layer, and its Triton kernel.
+
+The kernel runs on CUDA when there is one, else on CPU tensors under Triton's interpreter.
+``TRITON_INTERPRET=1`` must be set before Triton is imported, so without CUDA the kernel cases skip in
+an ordinary run and `test_kernel_cases_in_a_subprocess` runs them in a fresh interpreter with the
+variable set; a run with ``TRITON_INTERPRET=1`` in the environment runs them directly.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import pickle
+import re
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,9 +29,17 @@ from imle_solvers import IMLE, InfeasibleError, InvalidWeightsError, SumOfGamma,
 from imle_solvers.adapters.graphs import matching as matching_module
 from imle_solvers.testing import assert_oracle_contract
 
-# Triton kernels run on CPU tensors only through Triton's interpreter, chosen when Triton is imported.
-if not torch.cuda.is_available() and "triton" not in sys.modules:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+HAVE_TRITON = importlib.util.find_spec("triton") is not None
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # Triton's CPU interpreter (set before import)
+ON_CUDA = torch.cuda.is_available()
+ROOT = Path(__file__).resolve().parents[2]
+
+needs_triton = pytest.mark.skipif(not HAVE_TRITON, reason="Triton is not installed")
+kernel_here = pytest.mark.skipif(
+    not (HAVE_TRITON and (INTERPRETED or ON_CUDA)),
+    reason="needs CUDA or Triton's interpreter (TRITON_INTERPRET=1 before import): run by "
+    "test_kernel_cases_in_a_subprocess",
+)
 
 
 def scipy_state(w: np.ndarray, r: int, c: int) -> np.ndarray:
@@ -252,15 +269,8 @@ def test_the_kernel_path_falls_back_to_scipy_without_a_kernel(monkeypatch: pytes
 
 
 def _device() -> torch.device:
-    """Where the kernel runs: CUDA, or the CPU through Triton's interpreter (else skip)."""
-    pytest.importorskip("triton")
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    import triton.language as tl
-
-    if os.environ.get("TRITON_INTERPRET") != "1" or type(tl.sum).__name__ == "JITFunction":
-        pytest.skip("Triton was imported before TRITON_INTERPRET=1 could be set: no interpreter")
-    return torch.device("cpu")
+    """Where the kernel runs: CUDA, else the CPU through Triton's interpreter."""
+    return torch.device("cuda" if ON_CUDA else "cpu")
 
 
 def _kernel_cases(seed: int, count: int, max_n: int, rows: int = 2) -> list[tuple[int, int, torch.Tensor]]:
@@ -309,7 +319,8 @@ DUAL_UPDATES = [
 ]
 
 
-@pytest.mark.timeout(60)
+@kernel_here
+@pytest.mark.timeout(120)
 def test_kernel_gives_scipy_states() -> None:
     device = _device()
     fixed = [(r, c, torch.tensor([w], dtype=torch.float64)) for r, c, w in SCAN_ORDER_TIES + DUAL_UPDATES]
@@ -325,8 +336,42 @@ def test_kernel_gives_scipy_states() -> None:
     assert oracle._solve_device(torch.zeros(0, 6, device=device)).shape == (0, 6)
 
 
+@kernel_here
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_kernel_gives_scipy_states_many() -> None:
     device = _device()
     _check_kernel(_kernel_cases(1, 150, 10, rows=3), device)
+
+
+def run_kernel_cases(marks: str, timeout: float) -> None:
+    """This module's kernel cases selected by ``marks``, in a fresh interpreter with
+    ``TRITON_INTERPRET=1`` (it must be set before Triton is imported): one runs, none skipped, it passes."""
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    run = subprocess.run(
+        [*command, "-m", marks, "-k", "kernel_gives_scipy_states", str(Path(__file__).resolve())],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    passed = re.search(r"(\d+) passed", run.stdout)
+    assert passed is not None and int(passed.group(1)) == 1, run.stdout[-2000:]
+    assert "skipped" not in run.stdout
+
+
+@needs_triton
+@pytest.mark.skipif(INTERPRETED or ON_CUDA, reason="the kernel cases run in this process")
+@pytest.mark.timeout(180)
+def test_kernel_cases_in_a_subprocess() -> None:
+    run_kernel_cases("not slow and not cuda", timeout=170)
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.skipif(INTERPRETED or ON_CUDA, reason="the kernel cases run in this process")
+@pytest.mark.timeout(900)
+def test_slow_kernel_cases_in_a_subprocess() -> None:
+    run_kernel_cases("slow and not cuda", timeout=890)
