@@ -139,7 +139,8 @@ class TorchMatching(TorchOracle):
     SciPy releases the GIL). On CUDA one Triton kernel solves the whole batch, one instance per
     program, with SciPy's float64 arithmetic in SciPy's order, so the states are SciPy's on every
     device, bit for bit, ties included, and no host synchronisation is made. Instances with more than
-    1024 columns (rows, if there are more rows), and accelerators without Triton, are solved by SciPy
+    1024 columns (rows, if there are more rows), and accelerators without Triton (it comes with
+    PyTorch's CUDA wheels on Linux, or ``pip install 'imle-solvers[triton]'``), are solved by SciPy
     through one host copy of the batch (which synchronises).
 
     *Ties* are SciPy's rule (SciPy ≥ 1.10): with ``R ≤ C`` the smaller side (the transpose otherwise),
