@@ -58,6 +58,8 @@ _LAZY: dict[str, str] = {
     "TorchGridShortestPath": ".adapters",
     "TorchKnapsack": ".adapters",
     "ClampedCosts": ".adapters",
+    "TorchMatching": ".adapters",
+    "TorchSpanningTree": ".adapters",
 }
 
 __all__ = [
@@ -101,7 +103,9 @@ __all__ = [
     "TopK",
     "TorchGridShortestPath",
     "TorchKnapsack",
+    "TorchMatching",
     "TorchOracle",
+    "TorchSpanningTree",
     "UnboundedError",
     "UnprovenSolutionWarning",
     "WorkerCrashedError",
@@ -128,6 +132,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         SpanningTree,
         TorchGridShortestPath,
         TorchKnapsack,
+        TorchMatching,
+        TorchSpanningTree,
     )
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
     from .pool import PoolPlan, SolutionCache, SolverPool

@@ -13,7 +13,8 @@ the extra to install.
   [`GridShortestPath`][imle_solvers.GridShortestPath],
   [`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] (device-native),
   [`Matching`][imle_solvers.Matching], [`SpanningTree`][imle_solvers.SpanningTree] (extra ``graphs`` for
-  NetworkX graphs);
+  NetworkX graphs), [`TorchMatching`][imle_solvers.TorchMatching] (bipartite assignment) and
+  [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] (device-native);
 * ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.TorchKnapsack], the 0/1 knapsack with integer item
   weights (device-native);
 * ``imle_solvers.topk`` — [`TopK`][imle_solvers.TopK], the k-subset (device-native; part of the core);
@@ -37,6 +38,8 @@ _LAZY: dict[str, str] = {
     "TorchGridShortestPath": ".graphs",
     "Matching": ".graphs",
     "SpanningTree": ".graphs",
+    "TorchMatching": ".graphs",
+    "TorchSpanningTree": ".graphs",
     "TorchKnapsack": ".knapsack",
     "TopK": "..topk",
     "ClampedCosts": ".clamp",
@@ -58,6 +61,8 @@ if TYPE_CHECKING:  # pragma: no cover
         ShortestPath,
         SpanningTree,
         TorchGridShortestPath,
+        TorchMatching,
+        TorchSpanningTree,
     )
     from .ilp import ILP, CPSATOracle, PulpOracle  # noqa: F401
     from .knapsack import TorchKnapsack  # noqa: F401

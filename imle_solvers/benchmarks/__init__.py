@@ -30,7 +30,7 @@ SUITES: dict[str, tuple[str, str]] = {
     "pto": ("imle_solvers.benchmarks.pto", "seconds per epoch of predict-then-optimize training"),
     "graphs": (
         "imle_solvers.benchmarks.graphs_device",
-        "device-native grid shortest path and knapsack vs SciPy Dijkstra and CP-SAT",
+        "device-native grid path, knapsack, assignment, spanning tree vs SciPy, CP-SAT, NetworkX",
     ),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""

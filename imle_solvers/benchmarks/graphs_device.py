@@ -10,10 +10,19 @@ batch), ``us_per_instance`` and ``speedup`` (the reference row's time over this 
 * PyEPO's 2-D knapsack (32 items), a batch of 320:
   [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack] (its enumeration of the feasible sets on the
   data set's weights ×100, and its dynamic programme on integer weights 3-7 with capacities 20)
-  against CP-SAT per instance (the reference; rows skipped when OR-Tools is missing).
+  against CP-SAT per instance (the reference; rows skipped when OR-Tools is missing);
+* bipartite assignment, ``n × n`` uniform random scores, ``n`` from 8 to 256, batches of 1 to 4096:
+  [`TorchMatching`][imle_solvers.TorchMatching] on the CPU (and on CUDA when available) against SciPy's
+  ``linear_sum_assignment`` called in a loop on a float64 array (the reference);
+* spanning tree, a random connected graph of ``n`` nodes and ``4n`` edges, ``n`` from 8 to 256, batches
+  of 1 to 4096: [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] and the host Kruskal
+  [`SpanningTree`][imle_solvers.SpanningTree] against NetworkX's ``minimum_spanning_tree`` in a loop
+  (the reference; rows skipped when NetworkX is missing).
 
 Host and CPU rows interleave their rounds and report the lower quartile (a shared machine loads both
-alike); CUDA rows synchronise around each call.
+alike); CUDA rows synchronise around each call. A slow reference is timed on the first instances of
+the batch only (at least one call) and counted per instance. ``instances_per_s`` is the batch's
+throughput, ``1e6 / us_per_instance``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..adapters.graphs import GridShortestPath, TorchGridShortestPath
+from ..adapters.graphs import (
+    GridShortestPath,
+    SpanningTree,
+    TorchGridShortestPath,
+    TorchMatching,
+    TorchSpanningTree,
+)
 from ..adapters.knapsack import TorchKnapsack
 from . import time_per_call
 
@@ -68,6 +83,7 @@ def _row(
         "batch": batch,
         "batch_ms": ms,
         "us_per_instance": per,
+        "instances_per_s": 1e6 / per,
         "speedup": (1e3 * ref_ms / ref_batch) / per,
     }
 
@@ -167,6 +183,129 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+#: instances of a batch that a per-instance reference solves (at most), by problem size
+_REF_INSTANCES = {8: 1024, 16: 512, 32: 256, 64: 64, 128: 16, 256: 8}
+
+
+def _matching_rows(quick: bool) -> list[dict[str, Any]]:
+    from scipy.optimize import linear_sum_assignment
+
+    def scipy_loop(w: np.ndarray) -> None:
+        for x in w:  # [n, n] float64, SciPy's own dtype
+            linear_sum_assignment(x, True)
+
+    rows: list[dict[str, Any]] = []
+    cuda = torch.cuda.is_available()
+    rng = np.random.default_rng(0)
+    for n in (8, 32) if quick else (8, 16, 32, 64, 128, 256):
+        oracle = TorchMatching(n, n)
+        batches = (1, 256) if quick else (1, 16, 256, 4096) if n <= 64 else (1, 16, 256)
+        for batch in batches:
+            w = torch.from_numpy(rng.random((batch, n * n))).float()  # θ   [B, n·n], the layer's dtype
+            k = min(batch, _REF_INSTANCES[n])
+            w_ref = w[:k].double().numpy().reshape(k, n, n)
+            rounds = 1 if quick or batch * n**3 > 1 << 28 else 3
+            ref_ms, cpu_ms = _quartile_ms(
+                [partial(scipy_loop, w_ref), partial(oracle.solve_torch, w)], rounds
+            )
+            name, ref = f"{n}×{n} uniform", "SciPy linear_sum_assignment, loop"
+            rows.append({"suite": "matching", **_row("assignment", name, ref, "cpu", k, ref_ms, ref_ms, k)})
+            row = _row(
+                "assignment",
+                name,
+                f"TorchMatching ({torch.get_num_threads()} threads)",
+                "cpu",
+                batch,
+                cpu_ms,
+                ref_ms,
+                k,
+            )
+            rows.append({"suite": "matching", **row})
+            if cuda:
+                gpu_ms = _cuda_ms(partial(oracle.solve_torch, w.cuda()), 3 if quick else 10)
+                device = torch.cuda.get_device_name()
+                rows.append(
+                    {
+                        "suite": "matching",
+                        **_row("assignment", name, "TorchMatching", device, batch, gpu_ms, ref_ms, k),
+                    }
+                )
+    return rows
+
+
+def _connected_graph(n: int, m: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """``m`` distinct edges on nodes ``0 … n−1``: a random spanning path, then random pairs."""
+    order = rng.permutation(n)
+    edges = {(min(a, b), max(a, b)) for a, b in zip(order[:-1].tolist(), order[1:].tolist())}
+    while len(edges) < min(m, n * (n - 1) // 2):
+        a, b = (int(x) for x in rng.integers(0, n, 2))
+        if a != b:
+            edges.add((min(a, b), max(a, b)))
+    return sorted(edges)
+
+
+def _tree_rows(quick: bool) -> list[dict[str, Any]]:
+    try:
+        import networkx as nx
+    except ImportError:
+        nx = None
+    rows: list[dict[str, Any]] = []
+    cuda = torch.cuda.is_available()
+    rng = np.random.default_rng(0)
+    for n in (8, 32) if quick else (8, 32, 128, 256):
+        edges = _connected_graph(n, 4 * n, rng)
+        oracle = TorchSpanningTree(n, edges)
+        name = f"{n} nodes, {len(edges)} edges"
+        for batch in (1, 256) if quick else (1, 256, 4096):
+            w = torch.from_numpy(rng.random((batch, len(edges)))).float()  # edge costs   [B, E]
+            k = min(batch, _REF_INSTANCES[n])
+            w_ref = w[:k].double().numpy()
+            rounds = 1 if quick else 3
+            fns: list[Callable[[], Any]] = [partial(oracle.solve_torch, w)]
+            if nx is not None:
+                graph = nx.Graph(edges)
+                fns += [
+                    partial(_networkx_loop, nx, graph, edges, w_ref),
+                    partial(SpanningTree(graph).solve_batch, w_ref),
+                ]
+            times = _quartile_ms(fns, rounds)
+            ref_ms = times[1] if nx is not None else float("nan")
+            if nx is not None:
+                for solver, ms in (
+                    ("NetworkX minimum_spanning_tree, loop", times[1]),
+                    ("SpanningTree (Kruskal)", times[2]),
+                ):
+                    rows.append(
+                        {
+                            "suite": "spanning tree",
+                            **_row("spanning tree", name, solver, "cpu", k, ms, ref_ms, k),
+                        }
+                    )
+            rows.append(
+                {
+                    "suite": "spanning tree",
+                    **_row("spanning tree", name, "TorchSpanningTree", "cpu", batch, times[0], ref_ms, k),
+                }
+            )
+            if cuda:
+                gpu_ms = _cuda_ms(partial(oracle.solve_torch, w.cuda()), 3 if quick else 10)
+                device = torch.cuda.get_device_name()
+                rows.append(
+                    {
+                        "suite": "spanning tree",
+                        **_row("spanning tree", name, "TorchSpanningTree", device, batch, gpu_ms, ref_ms, k),
+                    }
+                )
+    return rows
+
+
+def _networkx_loop(nx: Any, graph: Any, edges: list[tuple[int, int]], w: np.ndarray) -> None:
+    for row in w:  # weights written into the graph, then NetworkX's Kruskal
+        for (a, b), x in zip(edges, row.tolist()):
+            graph[a][b]["weight"] = x
+        nx.minimum_spanning_tree(graph)
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
-    """All rows: grid paths, then knapsack."""
-    return [*_grid_rows(quick), *_knapsack_rows(quick)]
+    """All rows: grid paths and knapsack, then assignment, then spanning trees."""
+    return [*_grid_rows(quick), *_knapsack_rows(quick), *_matching_rows(quick), *_tree_rows(quick)]

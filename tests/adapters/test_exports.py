@@ -26,6 +26,8 @@ HOMES = {  # public oracle -> the module that defines it (its one home)
     "TorchGridShortestPath": "imle_solvers.adapters.graphs.torch_grid",
     "Matching": "imle_solvers.adapters.graphs.matching",
     "SpanningTree": "imle_solvers.adapters.graphs.spanning_tree",
+    "TorchMatching": "imle_solvers.adapters.graphs.matching",
+    "TorchSpanningTree": "imle_solvers.adapters.graphs.spanning_tree",
     "TorchKnapsack": "imle_solvers.adapters.knapsack",
     "TopK": "imle_solvers.topk",
     "ClampedCosts": "imle_solvers.adapters.clamp",

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from imle_solvers import ClampedCosts
-from imle_solvers.adapters import TorchGridShortestPath, TorchKnapsack
+from imle_solvers.adapters import TorchGridShortestPath, TorchKnapsack, TorchMatching, TorchSpanningTree
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton")
@@ -312,3 +312,120 @@ def test_cuda_kernel_in_a_training_step() -> None:
             results.append((z, theta.grad))
         assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
         assert results[0][1].abs().sum() > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# TorchMatching and TorchSpanningTree
+# --------------------------------------------------------------------------------------------------
+
+
+def _matching_weights(rng: np.random.Generator, n: int, m: int) -> list[torch.Tensor]:
+    """Floats (float32 and float64), integer ties, constant rows, and forbidden (−inf) pairs."""
+    forbidden = rng.integers(0, 3, (n, m)).astype(np.float64)
+    forbidden[rng.random((n, m)) < 0.2] = -np.inf
+    return [
+        torch.from_numpy(rng.normal(size=(n, m))).float(),
+        torch.from_numpy(rng.normal(size=(n, m))),
+        torch.from_numpy(rng.integers(-2, 3, (n, m)).astype(np.float64)),
+        torch.zeros(n, m),
+        torch.from_numpy(forbidden),
+    ]
+
+
+@pytest.mark.cuda
+@cuda
+def test_matching_cuda_states_identical_to_cpu() -> None:
+    """The Triton kernel gives SciPy's states (the CPU path), ties included; bad rows come back NaN."""
+    rng = np.random.default_rng(0)
+    shapes = [
+        (1, 1),
+        (1, 7),
+        (7, 1),
+        (8, 8),
+        (5, 9),
+        (9, 5),
+        (32, 32),
+        (64, 48),
+        (48, 64),
+        (128, 128),
+        (256, 256),
+    ]
+    for r, c in shapes:
+        oracle = TorchMatching(r, c)
+        for w in _matching_weights(rng, 64 if r * c <= 4096 else 8, r * c):
+            cpu = torch.from_numpy(oracle._solve_host(w.double().numpy(), nan_rows=True)).to(w.dtype)
+            gpu = oracle.solve_torch(w.cuda())
+            assert gpu.device.type == "cuda" and gpu.dtype == w.dtype
+            assert torch.equal(gpu.isnan().cpu(), cpu.isnan()), (r, c)
+            assert torch.equal(gpu.nan_to_num().cpu(), cpu.nan_to_num()), (r, c)
+    w = torch.zeros(4, 9, device="cuda")
+    w[1, 3], w[2, 0], w[3, :3] = float("nan"), float("inf"), -float("inf")  # NaN, +inf, infeasible
+    z = TorchMatching(3, 3).solve_torch(w)
+    assert z[1:].isnan().all() and torch.equal(z[0].cpu(), torch.eye(3).flatten())
+
+
+@pytest.mark.cuda
+@cuda
+def test_spanning_tree_cuda_states_identical_to_cpu() -> None:
+    rng = np.random.default_rng(1)
+    for n, m in [(1, 1), (2, 1), (8, 20), (30, 120), (64, 300), (256, 1024)]:
+        edges = [(int(a), int(b)) for a, b in rng.integers(0, n, (m, 2))]  # loops, parallel edges, forests
+        for kind in ("min", "max"):
+            oracle = TorchSpanningTree(n, edges, kind=kind)
+            for w in (
+                torch.from_numpy(rng.normal(size=(128, m))).float(),
+                torch.from_numpy(rng.normal(size=(128, m))),
+                torch.from_numpy(rng.integers(-1, 2, (128, m)).astype(np.float64)),
+                torch.full((128, m), float("inf")),
+            ):
+                cpu = oracle.solve_torch(w)
+                gpu = oracle.solve_torch(w.cuda())
+                assert gpu.device.type == "cuda" and gpu.dtype == w.dtype
+                assert torch.equal(gpu.cpu(), cpu), (n, m, kind)
+    nan = torch.zeros(3, 3, device="cuda")
+    nan[1, 2] = float("nan")
+    z = TorchSpanningTree(3, [(0, 1), (1, 2), (0, 2)]).solve_torch(nan)
+    assert z[1].isnan().all() and z[0].tolist() == [1.0, 1.0, 0.0] and z[2].tolist() == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.cuda
+@cuda
+def test_matching_and_spanning_tree_cuda_no_host_sync() -> None:
+    matching = [TorchMatching(16, 16), TorchMatching(40, 24)]
+    tree = TorchSpanningTree(50, [(i, (i * 7 + 3) % 50) for i in range(50)] + [(i, i + 1) for i in range(49)])
+    w_match = [torch.rand(64, o.n_vars, device="cuda") for o in matching]
+    w_tree = [
+        torch.rand(64, tree.n_vars, device="cuda", dtype=dtype) for dtype in (torch.float32, torch.float64)
+    ]
+    for oracle, w in zip(matching, w_match):  # warm-up: kernel compilation, index uploads
+        oracle.solve_torch(w)
+    for w in w_tree:
+        tree.solve_torch(w)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        z_match = [oracle.solve_torch(w) for oracle, w in zip(matching, w_match)]
+        z_tree = [tree.solve_torch(w) for w in w_tree]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for oracle, w, z in zip(matching, w_match, z_match):
+        assert torch.equal(z.cpu(), oracle.solve_torch(w.cpu()))
+    for w, z in zip(w_tree, z_tree):
+        assert torch.equal(z.cpu(), tree.solve_torch(w.cpu()))
+
+
+@pytest.mark.cuda
+@cuda
+def test_matching_and_spanning_tree_cuda_in_a_training_step() -> None:
+    from imle_solvers import IMLE
+
+    for oracle in (
+        TorchMatching(6, 6),
+        TorchSpanningTree(6, [(i, j) for i in range(6) for j in range(i + 1, 6)]),
+    ):
+        layer = IMLE(oracle, samples=4, generator=torch.Generator("cuda").manual_seed(0))
+        theta = torch.randn(8, oracle.n_vars, device="cuda", requires_grad=True)
+        z = layer(theta)
+        assert z.shape == (8, 4, oracle.n_vars) and (z.sum(-1) == oracle.expected_nonzeros).all()
+        ((z - 0.5) ** 2).mean().backward()
+        assert theta.grad is not None and torch.isfinite(theta.grad).all() and theta.grad.abs().sum() > 0

@@ -16,7 +16,11 @@ MAP state of the *costs*, ``θ = −c``).
 * [`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] — the same grid path as a batched torch
   oracle on the weights' device (CPU or GPU);
 * [`Matching`][imle_solvers.Matching] — maximum-weight matching (``sense="max"``);
-* [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest.
+* [`TorchMatching`][imle_solvers.TorchMatching] — the bipartite assignment, batched on the weights'
+  device (SciPy's states, ties included);
+* [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest;
+* [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] — the same forest, batched on the weights'
+  device.
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
@@ -24,7 +28,8 @@ NetworkX (extra ``graphs``) is imported when a NetworkX graph is first read, thr
 [`imle_solvers.errors.require`][imle_solvers.errors.require]; the device-native oracles need torch only.
 
 One module per problem: ``shortest_path.py`` (any graph), ``dag.py`` (DAGs, on the device), ``grid.py``
-and ``torch_grid.py`` (the grid on the host and on the device), ``matching.py``, ``spanning_tree.py``.
+and ``torch_grid.py`` (the grid on the host and on the device), ``matching.py`` and ``spanning_tree.py``
+(host and device side by side; the CUDA assignment kernel in ``_lsap_triton.py``).
 ``_levels.py`` holds the one dynamic programme of every DAG path (``ShortestPath`` on a DAG and
 ``DAGShortestPath``); ``_common.py`` the shared plumbing.
 """
@@ -33,9 +38,9 @@ from __future__ import annotations
 
 from .dag import DAGShortestPath
 from .grid import GridShortestPath
-from .matching import Matching
+from .matching import Matching, TorchMatching
 from .shortest_path import ShortestPath
-from .spanning_tree import SpanningTree
+from .spanning_tree import SpanningTree, TorchSpanningTree
 from .torch_grid import TorchGridShortestPath
 
 __all__ = [
@@ -45,4 +50,6 @@ __all__ = [
     "ShortestPath",
     "SpanningTree",
     "TorchGridShortestPath",
+    "TorchMatching",
+    "TorchSpanningTree",
 ]
