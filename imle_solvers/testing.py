@@ -12,6 +12,11 @@ row; ties are broken deterministically; the input is never modified; NaN/inf wei
 length raise [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] naming the row; a
 [`TorchOracle`][imle_solvers.TorchOracle] gives the same states through ``solve_torch`` and keeps the
 weights' dtype.
+
+Without ``states`` or ``brute_force`` the sense is still checked: every returned state is feasible, so
+the state returned for a row must score at least as well, under that row's weights, as the states
+returned for every other row (and for the negated weights). An oracle that minimises while it declares
+``"max"`` fails this at once.
 """
 
 from __future__ import annotations
@@ -22,14 +27,56 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from .errors import InvalidWeightsError
+from .errors import ImleSolversError, InvalidWeightsError
 from .oracle import MapOracle, TorchOracle
 
 __all__ = ["assert_oracle_contract"]
 
 
+_REPEATS = 3
+"""How many more times each row is solved to check that the same weights give the same state."""
+
+
 def _fail(oracle: MapOracle, what: str) -> AssertionError:
     return AssertionError(f"{oracle!r} breaks the MapOracle contract: {what}")
+
+
+def _tied(weights: np.ndarray, *, with_zero: bool) -> np.ndarray:
+    """Rows with ties, at the scale and sign pattern of ``weights``: ``(T, m)``."""
+    head = weights[:8]
+    magnitude = np.abs(head).mean(axis=1, keepdims=True)  # [T, 1]
+    rows = [np.sign(head) * magnitude, np.full((1, weights.shape[1]), np.abs(weights).mean())]
+    if with_zero:
+        rows.append(np.zeros((1, weights.shape[1])))
+    return np.concatenate(rows)
+
+
+def _has_ties(w: np.ndarray) -> bool:
+    return len(np.unique(w)) < len(w)
+
+
+def _check_sense(oracle: MapOracle, weights: np.ndarray, batch: np.ndarray, sign: float, atol: float) -> None:
+    """Each returned state is feasible, so the state of row i must be best among all of them for w_i."""
+    others = [batch]
+    try:
+        others.append(np.asarray(oracle.solve_batch(-weights)))  # the opposite extremes
+    except ImleSolversError:
+        pass  # an oracle may refuse negated weights (e.g. negative cycles) with a typed error
+    candidates = np.concatenate(others)  # [K, m] feasible states
+    scores = sign * (weights @ candidates.T)  # score of every candidate under every row   [B, K]
+    own = sign * np.einsum("bm,bm->b", weights, batch)  # [B]
+    tol = atol * np.maximum(1.0, np.abs(weights).sum(axis=1))  # [B]
+    worse = np.flatnonzero(own < scores.max(axis=1) - tol)
+    if worse.size:
+        i = int(worse[0])
+        j = int(scores[i].argmax())
+        source = f"row {j}" if j < len(batch) else f"the negated row {j - len(batch)}"
+        raise _fail(
+            oracle,
+            f"row {i}: the state returned for {source} scores {sign * scores[i, j]:.6g} under row {i}'s "
+            f"weights, better in the declared sense {oracle.sense!r} than the state returned for row {i} "
+            f"({sign * own[i]:.6g}); does the oracle optimise the other sense?",
+        )
 
 
 def assert_oracle_contract(
@@ -57,7 +104,9 @@ def assert_oracle_contract(
         Alternatively, ``weights -> optimal objective value`` (in the oracle's sense).
     weights
         ``(B, m)`` weights to check; default ``n_checks`` standard normal rows times each of ``scales``
-        (negative weights included, as perturbations produce them).
+        (negative weights included, as perturbations produce them). Rows with ties are added to them:
+        the first rows with every magnitude replaced by the row's mean magnitude (signs kept), a constant
+        row, and (for the default weights) an all-zero row; each is solved several times.
     n_checks
         Random rows per scale when ``weights`` is not given.
     scales
@@ -68,6 +117,13 @@ def assert_oracle_contract(
         Seed of the random weights.
     atol
         Tolerance on objective values (relative to the weights' magnitude).
+
+    Raises
+    ------
+    AssertionError
+        Naming the first broken promise (and the row).
+    ValueError
+        For ``weights`` of the wrong shape.
     """
     if not isinstance(oracle, MapOracle):
         raise AssertionError(f"{oracle!r} is not a MapOracle")
@@ -76,12 +132,14 @@ def assert_oracle_contract(
     m = oracle.n_vars
     if not isinstance(m, (int, np.integer)) or m < 1:
         raise _fail(oracle, f"n_vars must be a positive integer, got {m!r}")
+    default = weights is None
     if weights is None:
         rng = np.random.default_rng(seed)
         weights = np.concatenate([scale * rng.standard_normal((n_checks, m)) for scale in scales])
     weights = np.asarray(weights, dtype=np.float64)
-    if weights.ndim != 2 or weights.shape[1] != m:
-        raise ValueError(f"weights must have shape (B, {m}), got {weights.shape}")
+    if weights.ndim != 2 or weights.shape[1] != m or weights.shape[0] == 0:
+        raise ValueError(f"weights must have shape (B, {m}) with B >= 1, got {weights.shape}")
+    weights = np.concatenate([weights, _tied(weights, with_zero=default)])  # [B + ties, m]
     feasible = None if states is None else np.asarray(states, dtype=np.float64)
 
     original = weights.copy()
@@ -100,9 +158,11 @@ def assert_oracle_contract(
             raise _fail(oracle, f"solve modified its input (row {i})")
         if z.shape != (m,):
             raise _fail(oracle, f"solve returned shape {z.shape}, expected ({m},)")
-        again = np.asarray(oracle.solve(w.copy()))
-        if not np.array_equal(z, again):
-            raise _fail(oracle, f"solve is not deterministic (row {i})")
+        for _ in range(_REPEATS):
+            again = np.asarray(oracle.solve(w.copy()))
+            if not np.array_equal(z, again):
+                what = "ties are broken at random" if _has_ties(w) else "solve is not deterministic"
+                raise _fail(oracle, f"{what} (row {i}: the same weights gave two states)")
         if not np.array_equal(z, batch[i]):
             raise _fail(oracle, f"solve_batch row {i} differs from solve")
         tol = atol * max(1.0, float(np.abs(w).sum()))
@@ -116,6 +176,10 @@ def assert_oracle_contract(
             optimum = float(brute_force(w.copy()))
             if abs(float(z @ w) - optimum) > tol:
                 raise _fail(oracle, f"row {i}: objective {float(z @ w):.6g}, brute force {optimum:.6g}")
+
+    _check_sense(oracle, weights, batch, sign, atol)
+    if not np.array_equal(np.asarray(oracle.solve_batch(weights.copy())), batch):
+        raise _fail(oracle, "solve_batch is not deterministic (the same batch gave other states)")
 
     bad = weights[:3].copy()
     bad[1, 0] = np.nan

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from imle_solvers import IMLE, MapOracle, TopK, TorchOracle
-from imle_solvers.errors import InvalidWeightsError
+from imle_solvers.errors import InfeasibleError, InvalidWeightsError
 from imle_solvers.testing import assert_oracle_contract
 from tests.support.oracles import EnumOracle, k_subsets
 
@@ -27,9 +27,11 @@ class _Mutating(EnumOracle):
         return z
 
 
-class _WrongSense(EnumOracle):
+class _Argmin(EnumOracle):
+    """Minimises ⟨w, z⟩ whatever sense it declares."""
+
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        return self.states[int(np.argmin(self.states @ weights))].copy()  # minimises, claims "max"
+        return self.states[int(np.argmin(self.states @ weights))].copy()
 
 
 class _Random(EnumOracle):
@@ -43,7 +45,7 @@ class _NoValidation(MapOracle):
     n_vars = 4
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
-        return (weights == weights.max()).astype(float)
+        return np.eye(4)[int(np.argmax(weights))]
 
     def solve_batch(self, weights: np.ndarray) -> np.ndarray:  # skips validate()
         return np.stack([self.solve(w) for w in np.asarray(weights)])
@@ -53,7 +55,7 @@ class _NoValidation(MapOracle):
     ("oracle", "message"),
     [
         (_Mutating(k_subsets(5, 2)), "modified its input"),
-        (_WrongSense(k_subsets(5, 2)), "objective"),
+        (_Argmin(k_subsets(5, 2)), "objective"),
         (_Random(k_subsets(5, 2)), "deterministic|objective|differs"),
         (_NoValidation(), "NaN"),
     ],
@@ -100,3 +102,112 @@ def test_from_function_argument_and_shape_errors() -> None:
     bad = TorchOracle.from_function(lambda w: w[..., :2], n_vars=4, name="truncating")
     with pytest.raises(InvalidWeightsError, match="truncating must return"):
         bad.solve_torch(torch.zeros(2, 4))
+
+
+class _RandomTies(EnumOracle):
+    """Optimal, but picks at random among tied best states (a fresh generator per instance)."""
+
+    def __init__(self, states: np.ndarray, sense: str = "max", seed: int = 0) -> None:
+        super().__init__(states, sense)
+        self.rng = np.random.default_rng(seed)
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        scores = self.sign * (self.states @ weights)
+        best = np.flatnonzero(scores >= scores.max() - 1e-12)
+        return self.states[int(self.rng.choice(best))].copy()
+
+    @property
+    def sign(self) -> float:
+        return 1.0 if self.sense == "max" else -1.0
+
+
+class _RandomTiesInBatch(EnumOracle):
+    """`solve` is deterministic; `solve_batch` breaks ties at random (a vectorised path gone wrong)."""
+
+    def __init__(self, states: np.ndarray, seed: int = 0) -> None:
+        super().__init__(states)
+        self.rng = np.random.default_rng(seed)
+        self.batches = 0
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        self.batches += 1
+        weights = self.validate(weights)
+        scores = weights @ self.states.T + 1e-9 * self.rng.random((len(weights), len(self.states)))
+        return self.states[scores.argmax(1)]
+
+
+class _Argmax(EnumOracle):
+    """Maximises ⟨w, z⟩ whatever sense it declares."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return self.states[int(np.argmax(self.states @ weights))].copy()
+
+
+@pytest.mark.parametrize("sense", ["max", "min"])
+def test_the_declared_sense_is_checked_without_ground_truth(sense: str) -> None:
+    states = k_subsets(5, 2)
+    wrong = _Argmin(states, "max") if sense == "max" else _Argmax(states, "min")
+    with pytest.raises(AssertionError, match=rf"row \d+: the state returned for .* sense '{sense}'"):
+        assert_oracle_contract(wrong, picklable=False)
+    assert_oracle_contract(EnumOracle(states, sense), picklable=False)  # the right sense passes
+
+
+def test_the_sense_check_uses_the_negated_weights_when_the_batch_has_one_state() -> None:
+    # every row of the batch gives the same state: only the negated weights reveal the minimiser
+    states = k_subsets(4, 1)
+    w = np.tile([[0.5, 1.0, 2.0, 3.0]], (5, 1))  # argmin: item 0, also on the tied rows (first index)
+    with pytest.raises(AssertionError, match=r"the negated row \d+ scores 3 .* \(0\.5\)"):
+        assert_oracle_contract(_Argmin(states), weights=w, picklable=False)
+
+
+class _PositiveOnly(EnumOracle):
+    """A correct "min" oracle that refuses negative costs with a typed error (allowed by the contract)."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if (weights < 0).any():
+            raise InfeasibleError("negative cost")
+        return super().solve(weights)
+
+
+def test_an_oracle_that_refuses_negated_weights_still_passes() -> None:
+    states = k_subsets(5, 2)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, size=(10, 5))
+    assert_oracle_contract(_PositiveOnly(states, "min"), weights=w, states=states, picklable=False)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_tie_breaking_is_caught(seed: int) -> None:
+    states = k_subsets(5, 2)
+    with pytest.raises(AssertionError, match=r"ties are broken at random|not deterministic"):
+        assert_oracle_contract(_RandomTies(states, seed=seed), picklable=False)
+    with pytest.raises(AssertionError, match=r"ties are broken at random|not deterministic|differs"):
+        assert_oracle_contract(_RandomTies(states, "min", seed=seed), states=states, picklable=False)
+
+
+def test_random_tie_breaking_inside_solve_batch_is_caught() -> None:
+    oracle = _RandomTiesInBatch(k_subsets(5, 2), seed=3)
+    with pytest.raises(AssertionError, match=r"differs from solve|solve_batch is not deterministic"):
+        assert_oracle_contract(oracle, picklable=False)
+    assert oracle.batches >= 1
+
+
+def test_random_ties_are_caught_with_given_positive_weights() -> None:
+    # user-given weights (all positive, as a shortest-path oracle may require) still get tied rows
+    states = k_subsets(6, 3)
+    w = np.random.default_rng(0).uniform(1.0, 2.0, size=(6, 6))
+    with pytest.raises(AssertionError, match="ties are broken at random"):
+        assert_oracle_contract(_RandomTies(states, "min"), weights=w, picklable=False)
+    assert_oracle_contract(EnumOracle(states, "min"), weights=w, states=states, picklable=False)
+
+
+def test_deterministic_tie_breaking_passes_on_tied_rows() -> None:
+    # TopK and argmax break ties by index: the tied rows (zeros, constants, ±a) pass
+    assert_oracle_contract(TopK(2, 6), states=k_subsets(6, 2))
+    assert_oracle_contract(TorchOracle.from_function(_argmax, n_vars=5), states=np.eye(5), picklable=False)
+
+
+def test_weights_of_the_wrong_shape_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, 5\) with B >= 1, got \(3, 4\)"):
+        assert_oracle_contract(EnumOracle(k_subsets(5, 2)), weights=np.zeros((3, 4)))
+    with pytest.raises(ValueError, match=r"got \(0, 5\)"):
+        assert_oracle_contract(EnumOracle(k_subsets(5, 2)), weights=np.zeros((0, 5)))
