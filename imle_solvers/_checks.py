@@ -3,7 +3,9 @@
 Declared once, as `torch.distributions` declares its constraints, so that every hyper-parameter of the
 library fails the same way (a ``ValueError`` naming the argument, what it must be, and what it was).
 Numbers are Python or NumPy scalars (``numbers.Real``, booleans excluded). An empty ``name`` leaves the
-naming to the caller: ``"must be …, got …"`` (a command-line parser prefixes the option).
+naming to the caller: ``"must be …, got …"`` (a command-line parser prefixes the option). A value of the
+wrong type for an object-valued argument (a noise, a target, an oracle) is a ``TypeError`` in the same
+format, with advice when a class was passed where an instance belongs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 __all__ = [
     "distinct",
     "in_range",
+    "instance_of",
     "integer_at_least",
     "non_negative",
     "non_negative_int",
@@ -99,3 +102,25 @@ def distinct(name: str, values: Iterable[Any]) -> tuple[Any, ...]:
     if not items or len(set(items)) != len(items):
         raise _fail(name, "non-empty and without repeats", list(items))
     return items
+
+
+def instance_of(name: str, value: Any, kind: type, *, optional: bool = False) -> Any:
+    """``value`` if it is an instance of ``kind`` (or ``None`` when ``optional``), else a ``TypeError``.
+
+    A subclass of ``kind`` passed as a class (``IMLE(oracle, Gumbel)``) gets the advice to instantiate it.
+    """
+    if isinstance(value, kind) or (optional and value is None):
+        return value
+    requirement = f"a {kind.__name__} instance" + (" or None" if optional else "")
+    if isinstance(value, type) and issubclass(value, kind):
+        got = f"the class {value.__name__}; pass an instance, e.g. {value.__name__}(...)"
+    elif isinstance(value, type):
+        got = f"the class {value.__name__}"
+    else:
+        got = f"{_short_repr(value)} ({type(value).__name__})"
+    raise TypeError(f"{name} must be {requirement}, got {got}")
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

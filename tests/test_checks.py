@@ -23,6 +23,7 @@ from imle_solvers import (
 from imle_solvers._checks import (
     distinct,
     in_range,
+    instance_of,
     integer_at_least,
     non_negative,
     non_negative_int,
@@ -93,3 +94,38 @@ def test_helpers_reject_with_one_format(check: Callable[[], object], message: st
 def test_every_hyper_parameter_names_itself(make: Callable[[], object], name: str) -> None:
     with pytest.raises(ValueError, match=f"^{name}"):
         make()
+
+
+class _Base:
+    pass
+
+
+class _Child(_Base):
+    pass
+
+
+def test_instance_of_accepts_instances_and_optional_none() -> None:
+    child = _Child()
+    assert instance_of("thing", child, _Base) is child
+    assert instance_of("thing", None, _Base, optional=True) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "optional", "message"),
+    [
+        (
+            _Child,
+            False,
+            r"^thing must be a _Base instance, got the class _Child; pass an instance, "
+            r"e\.g\. _Child\(\.\.\.\)$",
+        ),
+        (int, False, r"^thing must be a _Base instance, got the class int$"),
+        ("gumbel", False, r"^thing must be a _Base instance, got 'gumbel' \(str\)$"),
+        (None, False, r"^thing must be a _Base instance, got None \(NoneType\)$"),
+        (3, True, r"^thing must be a _Base instance or None, got 3 \(int\)$"),
+        ("x" * 100, False, r"got 'x{58}… \(str\)$"),  # long values are shortened
+    ],
+)
+def test_instance_of_rejects_with_one_format(value: object, optional: bool, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        instance_of("thing", value, _Base, optional=optional)
