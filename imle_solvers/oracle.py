@@ -7,8 +7,7 @@ Two contracts:
 
 * [`MapOracle`][imle_solvers.MapOracle] — a host (numpy) solver: CP-SAT, PuLP, NetworkX, your own code.
 * [`TorchOracle`][imle_solvers.TorchOracle] — a device-native, batched solver (e.g.
-[`TopK`][imle_solvers.TopK]) that never
-  leaves the weights' device.
+  [`TopK`][imle_solvers.TopK]) that never leaves the weights' device.
 
 Sign convention: ``oracle.sense == "max"`` means the weights handed to it are scores θ;
 ``"min"`` means they are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 import torch
 
-from ._checks import one_of, positive_int
+from ._checks import instance_of, one_of, positive_int
 from .errors import ImleSolversError, InvalidWeightsError
 
 if TYPE_CHECKING:
@@ -47,7 +46,8 @@ Sense = Literal["max", "min"]
 class MapOracle(abc.ABC):
     """A MAP solver for a constrained discrete distribution (paper, eq. 3 and Example 3).
 
-    Subclasses set three attributes and implement `solve`:
+    Subclasses set ``n_vars`` (and, where the defaults do not fit, the other attributes below) and
+    implement `solve`.
 
     Attributes
     ----------
@@ -68,10 +68,10 @@ class MapOracle(abc.ABC):
     Notes
     -----
     ``solve`` must be correct for *any* finite weights, negative ones included (perturbations and SPO+'s
-    ``2ĉ − c`` produce them), or raise a typed error from [`imle_solvers.errors`][imle_solvers.errors]. It
-    must not
-    modify ``weights`` in place (they may be a view of the caller's tensor).
-    Ties may be broken arbitrarily but deterministically.
+    ``2ĉ − c`` produce them), or raise a typed error from [`imle_solvers.errors`][imle_solvers.errors].
+    It must not modify ``weights`` in place (they may be a view of the caller's tensor). Ties may be
+    broken arbitrarily but deterministically: the same weights always give the same state.
+    [`assert_oracle_contract`][imle_solvers.testing.assert_oracle_contract] checks all of this.
 
     References
     ----------
@@ -221,10 +221,10 @@ class TorchOracle(MapOracle):
         >>> IMLE(argmax).eval()(torch.tensor([[0.1, 3.0, 0.2, 0.0]])).tolist()  # eval(): the noise-free MAP
         [[0.0, 1.0, 0.0, 0.0]]
         """
-        positive_int("n_vars", n_vars)
-        one_of("sense", sense, ("max", "min"))
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+        positive_int("n_vars", n_vars)
+        one_of("sense", sense, ("max", "min"))
         return _FunctionOracle(fn, int(n_vars), sense, expected_nonzeros, name)
 
     def solve(self, weights: np.ndarray) -> np.ndarray:
@@ -278,11 +278,12 @@ class BatchSolver(Protocol):
 
 
 def check_oracle(oracle: object) -> MapOracle:
-    """Return ``oracle`` if it is a [`MapOracle`][imle_solvers.MapOracle], else raise ``TypeError`` (layers,
-    losses, pools)."""
-    if not isinstance(oracle, MapOracle):
-        raise TypeError(f"oracle must be a MapOracle, got {type(oracle).__name__}")
-    return oracle
+    """Return ``oracle`` if it is a [`MapOracle`][imle_solvers.MapOracle] instance, else raise ``TypeError``.
+
+    Layers, losses and pools call it before anything else; a class passed for an instance
+    (``IMLE(TopK)``) gets the advice to instantiate it.
+    """
+    return instance_of("oracle", oracle, MapOracle)  # type: ignore[no-any-return]
 
 
 def check_samples(samples: int) -> int:
@@ -349,8 +350,15 @@ def map_solve(oracle: MapOracle, theta: torch.Tensor, pool: BatchSolver | None =
         ``(N, m)`` scores.
     pool
         Optional [`SolverPool`][imle_solvers.pool.SolverPool] that spreads the rows over workers.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(N, m)`` states; an empty batch (``N = 0``) returns at once, without an oracle or pool call.
     """
     sign = sense_sign(oracle)
+    if theta.shape[0] == 0:  # an empty batch: no oracle or pool call
+        return torch.zeros_like(theta)
     weights = theta if sign > 0 else -theta  # θ → oracle sense   [N, m]
     if isinstance(oracle, TorchOracle):
         return oracle.solve_torch(weights).to(theta.dtype)

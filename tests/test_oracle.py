@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from imle_solvers import InfeasibleError, InvalidWeightsError, MapOracle, TopK
-from imle_solvers.oracle import map_solve, sense_sign
+from imle_solvers import InfeasibleError, InvalidWeightsError, MapOracle, TopK, TorchOracle
+from imle_solvers.oracle import check_oracle, check_samples, check_weights, map_solve, sense_sign
 from tests.support.oracles import EnumOracle, k_subsets
 
 
@@ -111,3 +113,86 @@ def test_map_solve_uses_pool() -> None:
     assert pool.shapes == [(6, 4)] and z.shape == (6, 4) and z.dtype == torch.float32
     map_solve(TopK(2, 4), torch.randn(6, 4), pool)  # device-native oracles never reach the pool
     assert pool.shapes == [(6, 4)]
+
+
+def test_map_solve_of_an_empty_batch_calls_no_oracle_or_pool() -> None:
+    class FailingPool:
+        def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
+            raise AssertionError("the pool was called")
+
+    oracle = EnumOracle(k_subsets(4, 2), "min")
+    z = map_solve(oracle, torch.zeros(0, 4, dtype=torch.float64), FailingPool())
+    assert z.shape == (0, 4) and z.dtype == torch.float64 and oracle.batch_calls == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (
+            lambda: check_oracle(TopK),
+            TypeError,
+            r"^oracle must be a MapOracle instance, got the class TopK; pass",
+        ),
+        (
+            lambda: check_oracle(None),
+            TypeError,
+            r"^oracle must be a MapOracle instance, got None \(NoneType\)$",
+        ),
+        (lambda: check_samples(0), ValueError, r"^samples must be a positive integer, got 0$"),
+        (lambda: check_samples(1.5), ValueError, r"^samples must be a positive integer, got 1\.5$"),
+        (
+            lambda: sense_sign(EnumOracle(k_subsets(3, 1), "up")),
+            ValueError,
+            r"^oracle\.sense must be one of 'max', 'min', got 'up'$",
+        ),
+        (
+            lambda: check_weights(np.zeros((2, 4)), TopK(1, 4)),  # type: ignore[arg-type]
+            InvalidWeightsError,
+            r"^weights must be a torch\.Tensor, got ndarray$",
+        ),
+        (
+            lambda: check_weights(torch.zeros(2, 4, dtype=torch.long), TopK(1, 4)),
+            InvalidWeightsError,
+            r"^weights must have a floating dtype, got torch\.int64; use weights\.float\(\)$",
+        ),
+        (
+            lambda: check_weights(torch.zeros(2, 3), TopK(1, 4)),
+            InvalidWeightsError,
+            r"^TopK expects weights of shape \(\.\.\., 4\), got \(2, 3\)$",
+        ),
+        (
+            lambda: check_weights(torch.tensor(1.0), TopK(1, 4)),
+            InvalidWeightsError,
+            r"^TopK expects weights of shape \(\.\.\., 4\), got \(\)$",
+        ),
+        (
+            lambda: check_weights(torch.tensor([[0.0, 1, 2, 3], [float("inf"), 0, 0, 0]]), TopK(1, 4)),
+            InvalidWeightsError,
+            r"^batch row 1: weights contain NaN or inf$",
+        ),
+        (
+            lambda: TorchOracle.from_function(TopK(1, 3).solve_torch, n_vars=3, sense="up"),  # type: ignore[arg-type]
+            ValueError,
+            r"^sense must be one of 'max', 'min', got 'up'$",
+        ),
+        (
+            lambda: TorchOracle.from_function(TopK(1, 3).solve_torch, n_vars=0),
+            ValueError,
+            r"^n_vars must be a positive integer, got 0$",
+        ),
+        (
+            lambda: TorchOracle.from_function("argmax", n_vars=3),  # type: ignore[arg-type]
+            TypeError,
+            r"^fn must be callable, got str$",
+        ),
+    ],
+)
+def test_argument_checks_fail_with_their_exact_message(
+    call: Callable[[], object], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_check_weights_can_skip_the_finiteness_check() -> None:
+    check_weights(torch.tensor([[float("nan"), 0.0, 0.0, 0.0]]), TopK(1, 4), check_finite=False)
