@@ -1,15 +1,18 @@
 """Losses and metrics for training through discrete structures (paper sec. 5; predict-then-optimize).
 
 * [`hamming_loss`][imle_solvers.hamming_loss] — distance between states (paper sec. 5, Fact 1).
-* [`regret`][imle_solvers.regret] — the decision quality of predicted weights under the true ones (Elmachtoub
-& Grigas).
-* [`SPOPlusLoss`][imle_solvers.SPOPlusLoss] — the convex SPO+ surrogate of the regret (Elmachtoub & Grigas
-2022).
-* [`FenchelYoungLoss`][imle_solvers.FenchelYoungLoss] — the perturbed Fenchel-Young loss (Berthet et al.
-2020).
+* [`regret`][imle_solvers.regret] — the decision quality of predicted weights under the true ones
+  (Elmachtoub & Grigas).
+* [`SPOPlusLoss`][imle_solvers.SPOPlusLoss] — the convex SPO+ surrogate of the regret (Elmachtoub &
+  Grigas 2022).
+* [`FenchelYoungLoss`][imle_solvers.FenchelYoungLoss] — the perturbed Fenchel-Young loss (Berthet et
+  al. 2020).
 
 All solving goes through `imle_solvers.oracle.map_solve`: one batched oracle (or pool) call per
-pass. Weights are in the oracle's sense (costs for a ``"min"`` oracle, values for ``"max"``).
+pass. Weights are in the oracle's sense (costs for a ``"min"`` oracle, values for ``"max"``). Every
+input tensor is checked before any solver runs: a wrong shape, dtype or a NaN raises
+[`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] (a ``ValueError``) naming the tensor and
+its rows; nothing is broadcast.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from ._checks import one_of
-from .errors import ImleSolversError
+from ._checks import instance_of, one_of
+from .errors import ImleSolversError, InvalidWeightsError
 from .noise import NoiseDistribution, Normal
 from .oracle import BatchSolver, MapOracle, check_oracle, check_samples, check_weights, map_solve, sense_sign
 
@@ -29,15 +32,16 @@ __all__ = ["FenchelYoungLoss", "SPOPlusLoss", "hamming_loss", "regret"]
 Reduction = Literal["mean", "sum", "none"]
 
 
+def _check_reduction(reduction: Reduction) -> Reduction:
+    return one_of("reduction", reduction, ("mean", "sum", "none"))  # type: ignore[no-any-return]
+
+
 def _reduce(values: torch.Tensor, reduction: Reduction) -> torch.Tensor:
     if reduction == "mean":
         return values.mean()
     if reduction == "sum":
         return values.sum()
-    if reduction == "none":
-        return values
-    one_of("reduction", reduction, ("mean", "sum", "none"))
-    raise AssertionError("unreachable")
+    return values  # "none"
 
 
 def hamming_loss(z: torch.Tensor, y: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:
@@ -57,6 +61,7 @@ def hamming_loss(z: torch.Tensor, y: torch.Tensor, reduction: Reduction = "mean"
     Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, sec. 5 and Fact 1,
     <https://arxiv.org/abs/2106.01798>.
     """
+    _check_reduction(reduction)
     per_row = (z * (1 - y) + y * (1 - z)).mean(dim=-1)  # ℓ_H per row   [...]
     return _reduce(per_row, reduction)
 
@@ -72,12 +77,47 @@ def _flat_pair(
             err.message = f"{name}: {err.message}"
             raise err.with_rows(err.rows) from None
     if weights_pred.shape != weights_true.shape:
-        raise ValueError(
-            f"weights_pred and weights_true differ in shape: {tuple(weights_pred.shape)} vs "
-            f"{tuple(weights_true.shape)}"
+        raise InvalidWeightsError(
+            f"weights_true must have the shape of weights_pred {tuple(weights_pred.shape)}, "
+            f"got {tuple(weights_true.shape)}"
         )
     m = oracle.n_vars
     return weights_pred.reshape(-1, m), weights_true.reshape(-1, m)
+
+
+def _input_tensor(name: str, value: object, shapes: tuple[torch.Size, ...]) -> torch.Tensor:
+    """``value`` if it is a float-convertible tensor of one of ``shapes``: never broadcast (a ``(m,)``
+    state against ``(B, m)`` weights is a mistake, not a shortcut)."""
+    if not isinstance(value, torch.Tensor):
+        raise InvalidWeightsError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if value.shape not in shapes:
+        wanted = " or ".join(str(tuple(shape)) for shape in shapes)
+        raise InvalidWeightsError(f"{name} must have shape {wanted}, got {tuple(value.shape)}")
+    if value.is_complex():
+        raise InvalidWeightsError(f"{name} must be real, got {value.dtype}")
+    return value.detach()
+
+
+def _finite_rows(name: str, rows: torch.Tensor) -> torch.Tensor:
+    """``rows`` (``(N, ...)``) if every entry is finite, else an error naming the bad rows."""
+    finite = torch.isfinite(rows) if rows.dim() == 1 else torch.isfinite(rows).all(dim=1)  # [N]
+    if not bool(finite.all()):
+        bad = torch.nonzero(~finite).flatten().tolist()
+        raise InvalidWeightsError(f"{name} contains NaN or inf", rows=bad)
+    return rows
+
+
+def _states(name: str, value: object, weights: torch.Tensor) -> torch.Tensor:
+    """Given states (``optimal``, ``y``) of the weights' exact shape ``(..., m)``, as ``(N, m)`` floats."""
+    states = _input_tensor(name, value, (weights.shape,))
+    return _finite_rows(name, states.reshape(-1, weights.shape[-1]).to(weights.dtype))  # [N, m]
+
+
+def _objectives(name: str, value: object, weights: torch.Tensor) -> torch.Tensor:
+    """Given objective values of shape ``(...)`` or ``(..., 1)`` for ``(..., m)`` weights, as ``(N,)``."""
+    lead = weights.shape[:-1]
+    objective = _input_tensor(name, value, (lead, torch.Size((*lead, 1))))
+    return _finite_rows(name, objective.reshape(-1).to(weights.dtype))  # [N]
 
 
 def _solve_pair(
@@ -123,30 +163,39 @@ def regret(
     pool
         Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     optimal
-        Optional ``(..., m)`` optimal states ``z*(c)`` (e.g. from a data set); solved when omitted.
-        Both solves otherwise go out in one batched call.
+        Optional optimal states ``z*(c)`` (e.g. from a data set), of the shape of ``weights_true``;
+        solved when omitted. Both solves otherwise go out in one batched call.
 
     Returns
     -------
     torch.Tensor
         Normalised regret (0-dim) or per-instance regrets, without gradient.
 
+    Raises
+    ------
+    InvalidWeightsError
+        Before any solve, for weights or ``optimal`` of a wrong shape or dtype, or with NaN/inf (naming
+        the tensor and its rows).
+
     References
     ----------
     Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
     <https://arxiv.org/abs/1710.08005>.
     """
+    check_oracle(oracle)
+    pred, true = _flat_pair(oracle, weights_pred, weights_true)
+    pred, true = pred.detach(), true.detach()  # ĉ, c   [N, m]
     lead = weights_pred.shape[:-1]
-    pred, true = _flat_pair(oracle, weights_pred.detach(), weights_true.detach())
+    given = None if optimal is None else _states("optimal", optimal, weights_true)  # z*   [N, m]
     sign = sense_sign(oracle)
     names = ("the solve of weights_pred", "the solve of weights_true")
-    if optimal is None:
+    if given is None:
         z_pred, z_opt = _solve_pair(oracle, sign * pred, sign * true, names, pool)  # ẑ, z*   [N, m] each
         assert z_opt is not None
         z_true = z_opt
     else:
         z_pred, _ = _solve_pair(oracle, sign * pred, None, names, pool)  # ẑ = MAP(ĉ)   [N, m]
-        z_true = optimal.detach().reshape(-1, oracle.n_vars).to(true.dtype)
+        z_true = given
     obj_pred = (true * z_pred).sum(-1)  # ⟨c, ẑ⟩   [N]
     obj_true = (true * z_true).sum(-1)  # ⟨c, z*⟩  [N]
     per_row = -sign * (obj_pred - obj_true)  # min: ⟨c,ẑ⟩ − ⟨c,z*⟩; max: ⟨c,z*⟩ − ⟨c,ẑ⟩   [N]
@@ -165,12 +214,14 @@ class _SPOPlusFunction(torch.autograd.Function):
         weights_true: torch.Tensor,
         z_true: torch.Tensor,
         z_spo: torch.Tensor,
+        objective: torch.Tensor | None,
         sign: float,
     ) -> torch.Tensor:
         theta_hat, theta = sign * weights_pred, sign * weights_true  # θ-space   [N, m]
         # ℓ = ⟨2θ̂ − θ, MAP(2θ̂ − θ)⟩ − 2⟨θ̂, z*⟩ + ⟨θ, z*⟩           [N]
         value = ((2 * theta_hat - theta) * z_spo).sum(-1) - 2 * (theta_hat * z_true).sum(-1)
-        value = value + (theta * z_true).sum(-1)
+        # ⟨θ, z*⟩ = ±f*: the given optimal objective where there is one (as PyEPO uses it)
+        value = value + ((theta * z_true).sum(-1) if objective is None else sign * objective)
         ctx.save_for_backward(z_true, z_spo)
         ctx.sign = sign
         return value
@@ -178,11 +229,11 @@ class _SPOPlusFunction(torch.autograd.Function):
     @staticmethod
     def backward(  # type: ignore[override]
         ctx: Any, grad_value: torch.Tensor
-    ) -> tuple[torch.Tensor, None, None, None, None]:
+    ) -> tuple[torch.Tensor, None, None, None, None, None]:
         z_true, z_spo = ctx.saved_tensors
         grad_theta_hat = 2 * (z_spo - z_true)  # ∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − z*)   [N, m]
         grad = ctx.sign * grad_theta_hat * grad_value.unsqueeze(-1)  # ∂ℓ/∂weights = ±∂ℓ/∂θ̂
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 class SPOPlusLoss(nn.Module):
@@ -208,41 +259,65 @@ class SPOPlusLoss(nn.Module):
     reduction
         ``"mean"``, ``"sum"`` or ``"none"`` over instances.
 
+    Notes
+    -----
+    PyEPO's call ``spop(pred_cost, true_cost, true_sol, true_obj)`` works unchanged: the third and fourth
+    arguments are the optimal states ``z*(c)`` and objectives ``⟨c, z*(c)⟩`` (shape ``(...)`` or
+    ``(..., 1)``). Given objectives enter the value as ``⟨c, z*⟩`` does, so the loss equals PyEPO's
+    ``SPOPlus`` on the same inputs; they do not change the gradient.
+
     References
     ----------
     Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
     <https://arxiv.org/abs/1710.08005>.
+
+    Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
+    Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
 
     def __init__(
         self, oracle: MapOracle, *, pool: BatchSolver | None = None, reduction: Reduction = "mean"
     ) -> None:
         super().__init__()
-        check_oracle(oracle)
-        self.oracle = oracle
+        self.oracle = check_oracle(oracle)
         self.pool = pool
-        self.reduction: Reduction = reduction
+        self.reduction: Reduction = _check_reduction(reduction)
 
     def forward(
         self,
         weights_pred: torch.Tensor,
         weights_true: torch.Tensor,
         optimal: torch.Tensor | None = None,
+        objective: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """SPO+ of ``(..., m)`` predicted vs true weights; ``optimal`` = ``z*(c)`` if known."""
-        lead = weights_pred.shape[:-1]
+        """SPO+ of ``(..., m)`` predicted vs true weights.
+
+        Parameters
+        ----------
+        weights_pred, weights_true
+            ``(..., m)`` predicted and true weights (PyEPO's ``pred_cost``, ``true_cost``).
+        optimal
+            ``z*(c)`` of the same shape, if known (PyEPO's ``true_sol``); solved otherwise.
+        objective
+            ``⟨c, z*(c)⟩``, shape ``(...)`` or ``(..., 1)`` (PyEPO's ``true_obj``); needs ``optimal``.
+        """
+        if objective is not None and optimal is None:
+            raise ValueError("objective (true_obj) needs optimal (true_sol): pass both or neither")
         pred, true = _flat_pair(self.oracle, weights_pred, weights_true)
+        lead = weights_pred.shape[:-1]
+        given = None if optimal is None else _states("optimal", optimal, weights_true)  # z*   [N, m]
+        f_star = None if objective is None else _objectives("objective", objective, weights_true)  # [N]
         sign = sense_sign(self.oracle)
         theta_spo = sign * (2 * pred.detach() - true.detach())  # 2θ̂ − θ   [N, m]
         names = ("the solve of 2·weights_pred − weights_true", "the solve of weights_true")
-        if optimal is None:  # one call: MAP(2θ̂ − θ), MAP(θ)   [N, m] each
+        if given is None:  # one call: MAP(2θ̂ − θ), MAP(θ)   [N, m] each
             z_spo, z_opt = _solve_pair(self.oracle, theta_spo, sign * true.detach(), names, self.pool)
             assert z_opt is not None
             z_true = z_opt
         else:
             z_spo, _ = _solve_pair(self.oracle, theta_spo, None, names, self.pool)  # MAP(2θ̂ − θ)
-            z_true = optimal.detach().reshape(-1, self.oracle.n_vars).to(pred.dtype)
-        value = _SPOPlusFunction.apply(pred, true.detach(), z_true, z_spo, sign)
+            z_true = given
+        value = _SPOPlusFunction.apply(pred, true.detach(), z_true, z_spo, f_star, sign)
         return _reduce(value.reshape(lead), self.reduction)  # type: ignore[union-attr]
 
     def extra_repr(self) -> str:
@@ -291,11 +366,12 @@ class FenchelYoungLoss(nn.Module):
     oracle
         The MAP oracle (weights in its sense).
     sigma
-        σ of the default Gaussian noise.
+        σ of the default Gaussian noise ``Normal(sigma)``, 1 when omitted.
     samples
         Number of perturbations M.
     noise
-        Any [`NoiseDistribution`][imle_solvers.NoiseDistribution] instead of ``Normal(sigma)``.
+        Any [`NoiseDistribution`][imle_solvers.NoiseDistribution] instead of ``Normal(sigma)`` (not
+        together with ``sigma``: the noise carries its own scale).
     pool
         Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     generator
@@ -313,7 +389,7 @@ class FenchelYoungLoss(nn.Module):
         self,
         oracle: MapOracle,
         *,
-        sigma: float = 1.0,
+        sigma: float | None = None,
         samples: int = 10,
         noise: NoiseDistribution | None = None,
         pool: BatchSolver | None = None,
@@ -321,22 +397,21 @@ class FenchelYoungLoss(nn.Module):
         reduction: Reduction = "mean",
     ) -> None:
         super().__init__()
-        check_oracle(oracle)
-        check_samples(samples)
-        self.oracle = oracle
-        self.noise = (Normal(sigma) if noise is None else noise).resolve(oracle)
-        self.samples = int(samples)
+        self.oracle = check_oracle(oracle)
+        if noise is not None and sigma is not None:
+            raise ValueError(f"pass sigma or noise, not both: the noise {noise!r} carries its own scale")
+        if noise is None:
+            noise = Normal(1.0 if sigma is None else sigma)  # ε = σZ, Z ~ N(0, I)
+        self.noise = instance_of("noise", noise, NoiseDistribution).resolve(oracle)
+        self.samples = check_samples(samples)
         self.pool = pool
-        self.generator = generator
-        self.reduction: Reduction = reduction
+        self.generator = instance_of("generator", generator, torch.Generator, optional=True)
+        self.reduction: Reduction = _check_reduction(reduction)
 
     def forward(self, weights_pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """FY loss of ``(..., m)`` predicted weights against ``(..., m)`` target states ``y``."""
+        """FY loss of ``(..., m)`` predicted weights against target states ``y`` of the same shape."""
         check_weights(weights_pred, self.oracle)
-        if y.shape != weights_pred.shape:
-            raise ValueError(
-                f"y must have the shape of weights_pred {tuple(weights_pred.shape)}, got {tuple(y.shape)}"
-            )
+        target = _states("y", y, weights_pred)  # y   [N, m]
         lead, m = weights_pred.shape[:-1], self.oracle.n_vars
         sign = sense_sign(self.oracle)
         pred = weights_pred.reshape(-1, m)
@@ -350,7 +425,6 @@ class FenchelYoungLoss(nn.Module):
             if err.rows and s > 1:
                 err.with_rows(sorted({r // s for r in err.rows}))
             raise
-        target = y.detach().reshape(-1, m).to(theta.dtype)
         value = (perturbed * z).sum(-1).mean(1) - (theta * target).sum(-1)  # F̂_ε(θ) − ⟨θ, y⟩   [N]
         grad_theta = z.mean(1) - target  # E[MAP(θ + ε)] − y   [N, m]
         out = _FenchelYoungFunction.apply(pred, value, grad_theta, sign)

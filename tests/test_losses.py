@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from imle_solvers import IMLE, InvalidWeightsError, MapOracle, NoNoise, OptimalTarget, SumOfGamma
+from imle_solvers import (
+    IMLE,
+    Gumbel,
+    InvalidWeightsError,
+    MapOracle,
+    NoNoise,
+    Normal,
+    OptimalTarget,
+    SumOfGamma,
+)
 from imle_solvers.adapters import DAGShortestPath
 from imle_solvers.losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
 from tests.support.oracles import EnumOracle, k_subsets
@@ -119,7 +130,9 @@ def test_spo_plus_reductions_pool_and_optimal() -> None:
     assert pool.calls[-1] == 6
     close(mean, per.mean())
     close(with_opt, per.sum())
-    with pytest.raises(ValueError, match="differ in shape"):
+    with pytest.raises(
+        InvalidWeightsError, match=r"weights_true must have the shape of weights_pred \(6, 5\)"
+    ):
         SPOPlusLoss(oracle)(pred, true[:3])
     bad = pred.clone()
     bad[4, 0] = float("nan")
@@ -157,7 +170,7 @@ def test_fenchel_young_without_noise_is_nonnegative_and_zero_at_target() -> None
     assert torch.all(fy(theta, y_map).abs() < 1e-12)  # y = MAP(θ): loss 0
     other = torch.from_numpy(STATES[np.zeros(8, dtype=int)])
     assert torch.all(fy(theta, other) >= -1e-12)
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(InvalidWeightsError, match=r"^y must have shape \(8, 5\), got \(2, 5\)$"):
         fy(theta, other[:2])
     pool = CountingPool()
     FenchelYoungLoss(oracle, samples=5, pool=pool)(theta, y_map)
@@ -190,3 +203,140 @@ def test_hamming_loss_unchanged() -> None:
     y = torch.tensor([[1.0, 1.0, 0.0, 0.0]])
     assert hamming_loss(z, y).item() == 0.5
     assert hamming_loss(z, y, reduction="none").shape == (1,)
+
+
+# --------------------------------------------------------------------------- argument checks
+def test_reductions_are_checked_at_construction() -> None:
+    oracle = EnumOracle(STATES, "min")
+    for make in (SPOPlusLoss, FenchelYoungLoss):
+        with pytest.raises(ValueError, match=r"^reduction must be one of 'mean', 'sum', 'none', got 'avg'$"):
+            make(oracle, reduction="avg")  # type: ignore[arg-type, operator]
+    assert oracle.solve_calls == 0
+    with pytest.raises(ValueError, match=r"^reduction must be one of .*got 'avg'$"):
+        hamming_loss(torch.zeros(2, 5), torch.zeros(2, 5), reduction="avg")  # type: ignore[arg-type]
+
+
+def test_losses_refuse_a_class_or_a_wrong_type_with_advice() -> None:
+    with pytest.raises(
+        TypeError, match=r"^oracle must be a MapOracle instance, got the class EnumOracle; pass"
+    ):
+        SPOPlusLoss(EnumOracle)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^oracle must be a MapOracle instance, got 'x' \(str\)$"):
+        regret("x", torch.zeros(1, 5), torch.zeros(1, 5))  # type: ignore[arg-type]
+    with pytest.raises(
+        TypeError, match=r"^noise must be a NoiseDistribution instance, got the class NoNoise"
+    ):
+        FenchelYoungLoss(EnumOracle(STATES), noise=NoNoise)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^generator must be a Generator instance or None, got 3 \(int\)$"):
+        FenchelYoungLoss(EnumOracle(STATES), generator=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^samples must be a positive integer, got 0$"):
+        FenchelYoungLoss(EnumOracle(STATES), samples=0)
+
+
+BROADCASTABLE = [
+    torch.zeros(5),  # one state for every row: broadcasting would hide the mistake
+    torch.zeros(1, 5),
+    torch.zeros(6, 1),
+    torch.zeros(3, 2, 5),
+]
+
+
+@pytest.mark.parametrize("optimal", BROADCASTABLE, ids=["m", "1xm", "Bx1", "reshaped"])
+def test_optimal_states_of_another_shape_are_refused_not_broadcast(optimal: torch.Tensor) -> None:
+    oracle = EnumOracle(STATES, "min")
+    pred, true = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    message = rf"^optimal must have shape \(6, 5\), got {re.escape(str(tuple(optimal.shape)))}$"
+    with pytest.raises(InvalidWeightsError, match=message):
+        regret(oracle, pred, true, optimal=optimal)
+    with pytest.raises(InvalidWeightsError, match=message):
+        SPOPlusLoss(oracle)(pred, true, optimal=optimal)
+    with pytest.raises(InvalidWeightsError, match=r"^y must have shape \(6, 5\)"):
+        FenchelYoungLoss(oracle)(pred, optimal)
+    assert oracle.batch_calls == [] and oracle.solve_calls == 0  # refused before any solve
+
+
+def test_optimal_states_with_nan_or_of_another_type_are_refused() -> None:
+    oracle = EnumOracle(STATES, "min")
+    pred, true = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    optimal = torch.from_numpy(brute(STATES, true.numpy(), "min"))
+    optimal[1, 2] = float("nan")
+    optimal[3, 0] = float("inf")
+    for call in (
+        lambda: regret(oracle, pred, true, optimal=optimal),
+        lambda: SPOPlusLoss(oracle)(pred, true, optimal),
+        lambda: FenchelYoungLoss(oracle)(pred, optimal),
+    ):
+        with pytest.raises(InvalidWeightsError, match=r"^batch rows 1, 3: (optimal|y) contains NaN or inf$"):
+            call()
+    with pytest.raises(InvalidWeightsError, match=r"^optimal must be a torch\.Tensor, got ndarray$"):
+        regret(oracle, pred, true, optimal=optimal.numpy())  # type: ignore[arg-type]
+    assert oracle.batch_calls == []
+
+
+def test_integer_optimal_states_are_accepted_as_floats() -> None:
+    oracle = EnumOracle(STATES, "min")
+    pred, true = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    optimal = torch.from_numpy(brute(STATES, true.numpy(), "min"))
+    expected = regret(oracle, pred, true, normalized=False)
+    close(regret(oracle, pred, true, normalized=False, optimal=optimal.long()), expected)
+    close(SPOPlusLoss(oracle)(pred, true, optimal.bool()), SPOPlusLoss(oracle)(pred, true))
+
+
+def test_fenchel_young_sigma_and_noise_are_not_both_taken() -> None:
+    with pytest.raises(ValueError, match=r"^pass sigma or noise, not both"):
+        FenchelYoungLoss(EnumOracle(STATES), sigma=2.0, noise=Gumbel())
+    with pytest.raises(ValueError, match=r"^Normal sigma must be a finite number > 0, got 0"):
+        FenchelYoungLoss(EnumOracle(STATES), sigma=0.0)
+
+
+# --------------------------------------------------------------------------- defaults and options
+def test_loss_defaults() -> None:
+    oracle = EnumOracle(STATES, "min")
+    fy = FenchelYoungLoss(oracle)
+    assert fy.noise == Normal(1.0) and fy.samples == 10 and fy.reduction == "mean"
+    assert fy.pool is None and fy.generator is None
+    assert SPOPlusLoss(oracle).reduction == "mean" and SPOPlusLoss(oracle).pool is None
+    pred, true = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    close(regret(oracle, pred, true), regret(oracle, pred, true, normalized=True))
+    per = regret(oracle, pred, true, normalized=False)
+    assert per.shape == (6,)
+    z_star = torch.from_numpy(brute(STATES, true.numpy(), "min"))
+    close(regret(oracle, pred, true), per.sum() / (true * z_star).sum(-1).abs().sum())
+    z = torch.zeros(3, 5)
+    assert hamming_loss(z, torch.ones(3, 5)).shape == ()  # "mean" over rows by default
+
+
+def test_fenchel_young_default_noise_is_ten_standard_normal_draws() -> None:
+    oracle = EnumOracle(STATES, "max")
+    theta = torch.randn(3, 5, dtype=torch.float64)
+    y = torch.from_numpy(STATES[[1, 2, 3]])
+    value = FenchelYoungLoss(oracle, generator=torch.Generator().manual_seed(5), reduction="none")(theta, y)
+    eps = torch.randn((3, 10, 5), dtype=torch.float64, generator=torch.Generator().manual_seed(5))  # σ = 1
+    perturbed = theta.unsqueeze(1) + eps  # [3, 10, 5]
+    z = torch.from_numpy(brute(STATES, perturbed.reshape(-1, 5).numpy(), "max")).view(3, 10, 5)
+    close(value, (perturbed * z).sum(-1).mean(1) - (theta * y).sum(-1))
+
+
+@pytest.mark.parametrize("sigma", [0.3, 2.0])
+def test_fenchel_young_sigma_is_the_noise_scale(sigma: float) -> None:
+    oracle = EnumOracle(STATES, "max")
+    theta, y = torch.randn(4, 5, dtype=torch.float64), torch.from_numpy(STATES[[0, 1, 2, 3]])
+
+    def loss(**options: object) -> torch.Tensor:
+        fy = FenchelYoungLoss(oracle, generator=torch.Generator().manual_seed(1), reduction="none", **options)
+        return fy(theta, y)
+
+    close(loss(sigma=sigma), loss(noise=Normal(sigma)))
+    assert not torch.allclose(loss(sigma=sigma), loss())
+
+
+def test_losses_on_an_empty_batch() -> None:
+    oracle = EnumOracle(STATES, "min")
+    empty = torch.zeros(0, 5, dtype=torch.float64, requires_grad=True)
+    assert regret(oracle, empty, empty).item() == 0.0 and regret(
+        oracle, empty, empty, normalized=False
+    ).shape == (0,)
+    SPOPlusLoss(oracle, reduction="sum")(empty, empty.detach()).backward()
+    FenchelYoungLoss(oracle, reduction="sum")(empty, empty.detach()).backward()
+    assert empty.grad is not None and empty.grad.shape == (0, 5)
+    assert oracle.batch_calls == []

@@ -30,7 +30,7 @@ def _pyepo_sense(optmodel: Any) -> Sense:
         return "min"
     if sense == epo.EPO.MAXIMIZE:
         return "max"
-    raise InvalidWeightsError(f"unknown PyEPO modelSense {sense!r}; expected EPO.MINIMIZE or EPO.MAXIMIZE")
+    raise ValueError(f"optmodel.modelSense must be EPO.MINIMIZE or EPO.MAXIMIZE, got {sense!r}")
 
 
 class PyEPOOracle(MapOracle):
@@ -54,6 +54,8 @@ class PyEPOOracle(MapOracle):
     ------
     MissingExtraError
         When PyEPO is not installed.
+    ValueError
+        When the model's ``modelSense`` is neither ``EPO.MINIMIZE`` nor ``EPO.MAXIMIZE``.
 
     References
     ----------

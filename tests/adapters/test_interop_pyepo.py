@@ -143,3 +143,88 @@ def test_missing_pyepo_names_the_extra(monkeypatch: pytest.MonkeyPatch, grid: An
     monkeypatch.setitem(sys.modules, "pyepo", None)  # as if not installed
     with pytest.raises(MissingExtraError, match=r"imle-solvers\[pyepo\]"):
         PyEPOOracle(grid)
+
+
+def _pyepo_batch(data: Any, n: int = 16) -> tuple[torch.Tensor, ...]:
+    """The first PyEPO batch ``(x, c, w, z)`` (``z`` of shape ``(n, 1)``, as PyEPO's loaders give)."""
+    x, c, w, z = next(iter(torch.utils.data.DataLoader(data, batch_size=n)))
+    return x, c, w, z
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_spo_plus_takes_pyepo_call_and_matches_pyepo(
+    data: tuple[Any, Any], grid: Any, reduction: str
+) -> None:
+    x, c, w, z = _pyepo_batch(data[0])
+    assert z.shape == (16, 1)
+    pred = torch.nn.Linear(5, 40)(x).detach() * 3  # negative predictions too: 2ĉ − c < 0 on some arcs
+    mine, theirs = pred.clone().requires_grad_(True), pred.clone().requires_grad_(True)
+    ours = SPOPlusLoss(PyEPOOracle(grid), reduction=reduction)(mine, c, w, z)  # type: ignore[arg-type]
+    ref = pyepo.func.SPOPlus(grid, processes=1, reduction=reduction)(theirs, c, w, z)
+    assert ours.shape == ref.shape
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    upstream = torch.linspace(0.5, 2.0, 16) if reduction == "none" else torch.tensor(1.5)
+    (ours * upstream).sum().backward()
+    (ref * upstream).sum().backward()
+    torch.testing.assert_close(mine.grad, theirs.grad)
+    assert mine.grad is not None and mine.grad.abs().sum() > 0
+
+
+def test_spo_plus_matches_pyepo_on_a_max_problem() -> None:
+    rng = np.random.default_rng(0)
+    item_weights = rng.integers(1, 6, size=(2, 8)).astype(float)
+    knap = ort.knapsackModel(weights=item_weights, capacity=[10, 12])
+    values = torch.from_numpy(rng.uniform(0.5, 2.0, size=(6, 8))).float()
+    sols, objs = [], []
+    for v in values:
+        knap.setObj(v.numpy())
+        sol, obj = knap.solve()
+        sols.append(np.asarray(sol, dtype=np.float32))
+        objs.append([obj])
+    w, z = torch.tensor(np.stack(sols)), torch.tensor(objs, dtype=torch.float32)
+    pred = values + torch.from_numpy(rng.normal(0, 1, size=(6, 8))).float()
+    mine, theirs = pred.clone().requires_grad_(True), pred.clone().requires_grad_(True)
+    ours = SPOPlusLoss(PyEPOOracle(knap), reduction="none")(mine, values, w, z)
+    ref = pyepo.func.SPOPlus(knap, processes=1, reduction="none")(theirs, values, w, z)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-4)
+    assert bool((ours > 1e-6).any())  # not a trivial comparison of zeros
+    ours.sum().backward()
+    ref.sum().backward()
+    torch.testing.assert_close(mine.grad, theirs.grad)
+
+
+def test_spo_plus_uses_the_given_objective_as_pyepo_does(grid: Any, data: tuple[Any, Any]) -> None:
+    _x, c, w, z = _pyepo_batch(data[0], 4)
+    spo = SPOPlusLoss(PyEPOOracle(grid), reduction="none")
+    pred = c + 0.3
+    without = spo(pred, c, w)
+    torch.testing.assert_close(spo(pred, c, w, z), without, rtol=1e-5, atol=1e-4)  # f* = ⟨c, z*⟩
+    shifted = spo(pred, c, w, z + 1.0)  # the value moves with f* (PyEPO's formula), the gradient does not
+    torch.testing.assert_close(shifted, without - 1.0, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(spo(pred, c, w, z.squeeze(-1)), spo(pred, c, w, z))  # (N,) or (N, 1)
+    with pytest.raises(ValueError, match=r"objective \(true_obj\) needs optimal \(true_sol\)"):
+        spo(pred, c, objective=z)
+    with pytest.raises(
+        InvalidWeightsError, match=r"objective must have shape \(4,\) or \(4, 1\), got \(4, 2\)"
+    ):
+        spo(pred, c, w, z.expand(4, 2))
+    bad = z.clone()
+    bad[2, 0] = float("nan")
+    with pytest.raises(InvalidWeightsError, match="objective contains NaN") as err:
+        spo(pred, c, w, bad)
+    assert err.value.rows == (2,)
+
+
+class _ModelWithOddSense:
+    """A stand-in optModel whose modelSense is neither EPO.MINIMIZE nor EPO.MAXIMIZE."""
+
+    modelSense = 7
+    num_cost = 3
+
+
+def test_unknown_model_sense_is_a_value_error_not_a_weights_error() -> None:
+    with pytest.raises(
+        ValueError, match=r"^optmodel\.modelSense must be EPO\.MINIMIZE or EPO\.MAXIMIZE, got 7$"
+    ) as err:
+        PyEPOOracle(_ModelWithOddSense())
+    assert not isinstance(err.value, InvalidWeightsError)
