@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from ._checks import one_of
+from ._checks import one_of, positive
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal
 from .oracle import BatchSolver, MapOracle
 from .perturb_and_map import PerturbAndMAPLayer
@@ -59,6 +59,22 @@ class _PerturbedScore:
         return (inner * score).sum(dim=1) / self.sigma  # Σ_s ⟨z_s,g_s⟩ ∇ν(Z_s) / σ   [N, m]
 
 
+ScoreNoise = Literal["normal", "gumbel"]
+
+
+def _perturbation(sigma: float, noise: ScoreNoise) -> tuple[NoiseDistribution, _PerturbedScore]:
+    """The noise ``σZ`` of a perturbed optimizer and the score estimator that matches it."""
+    positive("PerturbedOptimizer sigma", sigma)
+    if not isinstance(noise, str):
+        raise TypeError(
+            "PerturbedOptimizer noise must be 'normal', 'gumbel', a Normal or a Gumbel instance (the "
+            f"score estimator needs the density), got {noise!r}"
+        )
+    one_of("PerturbedOptimizer noise", noise, ("normal", "gumbel"))
+    distribution = Normal(sigma) if noise == "normal" else Gumbel(sigma)
+    return distribution, _PerturbedScore(float(sigma), noise)
+
+
 class STE(PerturbAndMAPLayer):
     """Straight-through estimator over perturb-and-MAP samples (paper sec. 3.1, appendix toy setup).
 
@@ -79,6 +95,8 @@ class STE(PerturbAndMAPLayer):
     Bengio, Léonard & Courville, "Estimating or Propagating Gradients Through Stochastic Neurons for
     Conditional Computation", 2013, <https://arxiv.org/abs/1308.3432>.
     """
+
+    _fixed = frozenset({"noise_on", "target_noise_scale"})
 
     def __init__(
         self,
@@ -128,6 +146,8 @@ class Blackbox(PerturbAndMAPLayer):
     ICLR 2020, <https://arxiv.org/abs/1912.02175>.
     """
 
+    _fixed = frozenset({"noise", "samples", "generator", "noise_on", "target_noise_scale"})
+
     def __init__(
         self,
         oracle: MapOracle,
@@ -136,8 +156,18 @@ class Blackbox(PerturbAndMAPLayer):
         pool: BatchSolver | None = None,
         check_finite: bool | None = None,
     ) -> None:
-        super().__init__(oracle, NoNoise(), PerturbedTarget(lam), pool=pool, check_finite=check_finite)
+        rule = PerturbedTarget(positive("lam", lam))
+        super().__init__(oracle, NoNoise(), rule, pool=pool, check_finite=check_finite)
         self.lam = lam
+
+    @property
+    def lam(self) -> float:
+        """λ > 0, the interpolation strength; assigning it takes effect at the next backward pass."""
+        return self.rule.lam  # type: ignore[attr-defined, no-any-return]
+
+    @lam.setter
+    def lam(self, lam: float) -> None:
+        self.__dict__["_rule"] = PerturbedTarget(positive("lam", lam))  # ∇ = [MAP(θ) − MAP(θ − λ∇zL)]/λ
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` → ``(..., m)`` MAP states."""
@@ -171,29 +201,61 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
     """
 
+    _fixed = frozenset({"noise_on", "target_noise_scale"})
+
     def __init__(
         self,
         oracle: MapOracle,
         sigma: float = 1.0,
         *,
         samples: int = 10,
-        noise: Literal["normal", "gumbel"] = "normal",
+        noise: ScoreNoise = "normal",
         pool: BatchSolver | None = None,
         generator: torch.Generator | None = None,
         check_finite: bool | None = None,
     ) -> None:
-        one_of("PerturbedOptimizer noise", noise, ("normal", "gumbel"))
-        distribution: NoiseDistribution = Normal(sigma) if noise == "normal" else Gumbel(sigma)
+        distribution, score = _perturbation(sigma, noise)
         super().__init__(
             oracle,
             distribution,
-            _PerturbedScore(sigma, noise),
+            score,
             samples=samples,
             pool=pool,
             generator=generator,
             check_finite=check_finite,
         )
-        self.sigma = sigma
+
+    @property
+    def sigma(self) -> float:
+        """Noise scale σ > 0; assigning it changes the noise and the score together."""
+        return self.rule.sigma  # type: ignore[attr-defined, no-any-return]
+
+    @sigma.setter
+    def sigma(self, sigma: float) -> None:
+        self._perturb(sigma, self.rule.noise)  # type: ignore[attr-defined]
+
+    @property
+    def noise(self) -> NoiseDistribution:
+        """The perturbation ``σZ``, ``Normal(σ)`` or ``Gumbel(σ)``.
+
+        Assign ``"normal"`` or ``"gumbel"`` (what the constructor takes) to change the family and keep σ,
+        or a ``Normal(σ)`` / ``Gumbel(σ)`` to set both; the score estimator follows.
+        """
+        return self._noise
+
+    @noise.setter
+    def noise(self, noise: ScoreNoise | NoiseDistribution) -> None:
+        if isinstance(noise, Normal):
+            self._perturb(noise.sigma, "normal")
+        elif isinstance(noise, Gumbel):
+            self._perturb(noise.tau, "gumbel")
+        else:  # "normal" or "gumbel" (anything else is refused there)
+            self._perturb(self.sigma, noise)  # type: ignore[arg-type]
+
+    def _perturb(self, sigma: float, noise: ScoreNoise) -> None:
+        distribution, score = _perturbation(sigma, noise)
+        PerturbAndMAPLayer.noise.fset(self, distribution)  # type: ignore[attr-defined]
+        self.__dict__["_rule"] = score
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` → ``(..., m)`` expected perturbed state (MAP state in ``eval()``)."""

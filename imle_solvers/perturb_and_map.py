@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ._checks import non_negative, one_of
+from ._checks import instance_of, non_negative, one_of
 from .errors import ImleSolversError, InvalidWeightsError, NegativeCycleError
 from .noise import NoiseDistribution, NoNoise
 from .oracle import (
@@ -102,11 +102,46 @@ def _rows_to_user(err: ImleSolversError, per_row: int, where: str) -> ImleSolver
 def _solve_rows(spec: _Spec, theta_batch: torch.Tensor, where: str) -> torch.Tensor:
     """MAP of a ``[N, S', m]`` θ-space batch: all N·S' rows in ONE oracle / pool call."""
     n, per_row, m = theta_batch.shape
+    flat = theta_batch.reshape(n * per_row, m)  # [N·S', m]
     try:
-        states = map_solve(spec.oracle, theta_batch.reshape(n * per_row, m), spec.pool)
+        if _under_functorch():  # a backward under torch.func: wrapped tensors have no storage to read
+            states = _TransformedSolve.apply(flat, spec.oracle, spec.pool)
+        else:
+            states = map_solve(spec.oracle, flat, spec.pool)
     except ImleSolversError as err:
         raise _rows_to_user(err, per_row, where) from None
     return states.view(n, per_row, m)
+
+
+class _TransformedSolve(torch.autograd.Function):
+    """`map_solve` inside a `torch.func` transform; under vmap, each vmapped dimension becomes more rows
+    of ONE solver call.
+
+    The backward pass of a layer runs inside the transform (``grad``; under vmap in ``jacrev`` and
+    ``vmap(grad(...))``). A host oracle cannot read a wrapped tensor (it has no storage) and a device
+    oracle would be looped by vmap's fallback; as an autograd function this one is handed the unwrapped
+    tensors, and its vmap rule solves the rows of every vmapped level together. Not differentiable
+    (states are piecewise constant in θ).
+    """
+
+    @staticmethod
+    def forward(theta: torch.Tensor, oracle: MapOracle, pool: BatchSolver | None) -> torch.Tensor:  # type: ignore[override]
+        return map_solve(oracle, theta, pool)  # MAP(θ)   [N, m]
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+        ctx.mark_non_differentiable(output)
+
+    @staticmethod
+    def vmap(
+        info: Any, in_dims: tuple[int | None, None, None], theta: torch.Tensor, oracle: MapOracle, pool: Any
+    ) -> tuple[torch.Tensor, int | None]:
+        dim = in_dims[0]
+        if dim is None:  # the same rows for every vmapped element: solve them once
+            return _TransformedSolve.apply(theta, oracle, pool), None
+        batch = theta.movedim(dim, 0)  # [V, N, m]
+        states = _TransformedSolve.apply(batch.reshape(-1, batch.shape[-1]), oracle, pool)  # [V·N, m]
+        return states.view(batch.shape), 0
 
 
 class PerturbAndMAP(torch.autograd.Function):
@@ -159,6 +194,10 @@ class PerturbAndMAP(torch.autograd.Function):
         spec: _Spec = ctx.spec
         weights, eps, z = ctx.saved_tensors
         n, samples, m = eps.shape
+        if n == 0:  # an empty batch: an empty gradient, and stateful targets see no update
+            return grad_out.new_zeros(*ctx.lead, m), None
+        if _under_vmap():
+            _refuse_stateful_rule_under_vmap(spec.rule)
         theta = (ctx.sign * weights).reshape(n, 1, m)  # θ   [N, 1, m]
         z = z.reshape(n, samples, m)  # z = MAP(θ + ε)   [N, S, m]
         grad_z = grad_out.reshape(n, samples, m).to(theta.dtype)  # ∇z L                    [N, S, m]
@@ -172,7 +211,8 @@ class PerturbAndMAP(torch.autograd.Function):
             return _solve_rows(spec, theta_batch, "target MAP of the backward pass")
 
         grad_theta = spec.rule.estimate(theta, eps_target, z, grad_z, solve)  # ∇θ L   [N, m]
-        if grad_theta.device.type == "cpu" or not isinstance(spec.oracle, TorchOracle):
+        host_read_is_free = grad_theta.device.type == "cpu" or not isinstance(spec.oracle, TorchOracle)
+        if host_read_is_free and not _under_vmap():
             warn_if_mostly_zero(spec.rule, grad_theta, grad_z, spec.warn_state)  # type: ignore[arg-type]
         grad_theta = torch.where(finite[:, None], grad_theta, torch.full_like(grad_theta, float("nan")))
         grad_weights = ctx.sign * grad_theta  # back to the oracle's sense (∇c = −∇θ)
@@ -191,14 +231,48 @@ class PerturbAndMAP(torch.autograd.Function):
         return (z, eps.reshape(info.batch_size, -1, *eps.shape[1:])), (0, 0)
 
 
-def _is_vmapped(tensor: torch.Tensor) -> bool:
-    """True for a `torch.func.vmap` batched tensor (no data-dependent control flow allowed)."""
-    is_batched = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", None)
-    return bool(is_batched(tensor)) if is_batched is not None else False
+def _interpreters() -> list[Any]:
+    """The active `torch.func` transforms, innermost last (empty outside any transform)."""
+    functorch = getattr(torch._C, "_functorch", None)
+    if functorch is None:  # pragma: no cover - every supported torch has it
+        return []
+    return list(functorch.get_interpreter_stack() or ())
+
+
+def _under_functorch() -> bool:
+    """True inside any `torch.func` transform (grad, vjp, jacrev, vmap…)."""
+    return bool(_interpreters())
+
+
+def _under_vmap() -> bool:
+    """True inside a `torch.func.vmap` (also one that `jacrev` or ``vmap(grad(...))`` opened).
+
+    Under vmap no value may be read on the host (``.item()``, ``bool(tensor)``, ``.tolist()``), so the
+    finiteness check of the input and the zero-gradient warning are skipped there; a host oracle still
+    validates every row it solves.
+    """
+    vmap = torch._C._functorch.TransformType.Vmap
+    return any(level.key() == vmap for level in _interpreters())
+
+
+def _refuse_stateful_rule_under_vmap(rule: GradientRule) -> None:
+    """A target that adapts its state in every backward pass has no per-sample meaning under vmap."""
+    from .adaptive import AdaptiveTarget, RowAdaptiveTarget  # here: adaptive imports the targets
+
+    if isinstance(rule, (AdaptiveTarget, RowAdaptiveTarget)):
+        raise RuntimeError(
+            f"{type(rule).__name__} adapts its state in every backward pass and does not support "
+            "torch.func.vmap (per-sample gradients, jacrev); use the default RelativeTarget() there"
+        )
 
 
 class PerturbAndMAPLayer(nn.Module):
     """Shared machinery of every perturb-and-MAP layer (I-MLE, STE, blackbox, perturbed optimizer).
+
+    Every constructor option is an attribute of the same name, and assigning it after construction has
+    the effect of passing it to the constructor (it is checked the same way): ``layer.samples = 4``,
+    ``layer.noise = Gumbel()``. Options an estimator does not take (a blackbox has no noise) are
+    read-only on it.
 
     Parameters
     ----------
@@ -217,7 +291,7 @@ class PerturbAndMAPLayer(nn.Module):
     check_finite
         Check weights for NaN/inf before solving. ``None``: always, except for a
         [`TorchOracle`][imle_solvers.TorchOracle] on an accelerator, where the check would cost a host
-        synchronisation.
+        synchronisation, and inside `torch.func.vmap`, where no value can be read on the host.
     noise_on
         ``"theta"`` (default): ``MAP(θ + ε)``, the Gumbel-max direction of the paper. ``"costs"``: for a
         ``"min"`` oracle, perturb the costs, ``argmin ⟨c + ε, z⟩`` (PyEPO's and AI-MLE's convention);
@@ -226,13 +300,32 @@ class PerturbAndMAPLayer(nn.Module):
         Multiplier of ε in the backward's target MAP, ``MAP(θ' + scale·ε)`` (torch-imle's
         ``target_noise_temperature`` divided by its ``noise_temperature``). Default 1: the same ε.
 
+    Raises
+    ------
+    TypeError
+        For an option of the wrong type (a class where an instance belongs, e.g. ``Gumbel`` for
+        ``Gumbel()``).
+    ValueError
+        For an option out of its range (``samples=0``, ``noise_on="both"``).
+
     References
     ----------
     Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, Algorithm 1 and eq. 7,
     <https://arxiv.org/abs/2106.01798>.
     """
 
-    rule: GradientRule
+    _fixed: frozenset[str] = frozenset()
+    """Options of the base class that this estimator does not take: read-only once it is built."""
+
+    _oracle: MapOracle
+    _noise: NoiseDistribution
+    _noise_given: NoiseDistribution
+    _samples: int
+    _pool: BatchSolver | None
+    _generator: torch.Generator | None
+    _check_finite: bool | None
+    _noise_on: NoiseOn
+    _target_noise_scale: float
 
     def __init__(
         self,
@@ -248,20 +341,120 @@ class PerturbAndMAPLayer(nn.Module):
         target_noise_scale: float = 1.0,
     ) -> None:
         super().__init__()
-        check_oracle(oracle)
-        check_samples(samples)
-        one_of("noise_on", noise_on, ("theta", "costs"))
-        non_negative("target_noise_scale", target_noise_scale)
         self.oracle = oracle
-        self.noise = noise.resolve(oracle)
-        self.__dict__["rule"] = rule  # not registered here: IMLE registers a module target as .target
-        self.samples = int(samples)
+        self.noise = noise
+        self.__dict__["_rule"] = rule  # not registered here: IMLE registers a module target as .target
+        self.samples = samples
         self.pool = pool
         self.generator = generator
         self.check_finite = check_finite
-        self.noise_on: NoiseOn = noise_on
-        self.target_noise_scale = float(target_noise_scale)
+        self.noise_on = noise_on
+        self.target_noise_scale = target_noise_scale
         self._warn_state: dict[str, bool] = {}
+        self._built = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Options are properties; route every assignment through them, module-valued ones included
+        # (nn.Module.__setattr__ would register a module without calling the property's setter).
+        option = getattr(type(self), name, None)
+        if not isinstance(option, property):
+            super().__setattr__(name, value)
+            return
+        if option.fset is None or (name in self._fixed and self.__dict__.get("_built", False)):
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is read-only: it is not an option of {type(self).__name__}"
+            )
+        option.fset(self, value)
+
+    @property
+    def oracle(self) -> MapOracle:
+        """The MAP oracle. Assigning another one resolves the noise against it again."""
+        return self._oracle
+
+    @oracle.setter
+    def oracle(self, oracle: MapOracle) -> None:
+        check_oracle(oracle)
+        given: NoiseDistribution | None = self.__dict__.get("_noise_given")
+        if given is not None:
+            self._noise = given.resolve(oracle)  # e.g. SumOfGamma(k=None) takes the new k
+        self._oracle = oracle
+
+    @property
+    def noise(self) -> NoiseDistribution:
+        """ρ(ε), resolved against the oracle (``SumOfGamma()`` shows the ``k`` it took)."""
+        return self._noise
+
+    @noise.setter
+    def noise(self, noise: NoiseDistribution) -> None:
+        instance_of("noise", noise, NoiseDistribution)
+        self._noise = noise.resolve(self.oracle)
+        self._noise_given = noise
+
+    @property
+    def rule(self) -> GradientRule:
+        """The backward gradient rule (for [`IMLE`][imle_solvers.IMLE], its target)."""
+        return self.__dict__["_rule"]  # type: ignore[no-any-return]
+
+    @property
+    def samples(self) -> int:
+        """S, the number of perturb-and-MAP samples per row."""
+        return self._samples
+
+    @samples.setter
+    def samples(self, samples: int) -> None:
+        self._samples = check_samples(samples)
+
+    @property
+    def pool(self) -> BatchSolver | None:
+        """The [`SolverPool`][imle_solvers.pool.SolverPool] (anything with ``solve_batch``) or ``None``."""
+        return self._pool
+
+    @pool.setter
+    def pool(self, pool: BatchSolver | None) -> None:
+        if pool is not None and not callable(getattr(pool, "solve_batch", None)):
+            raise TypeError(
+                "pool must be a SolverPool (anything with solve_batch(oracle, weights)) or None, "
+                f"got {type(pool).__name__}"
+            )
+        self._pool = pool
+
+    @property
+    def generator(self) -> torch.Generator | None:
+        """The `torch.Generator` of the noise, or ``None`` for torch's default one."""
+        return self._generator
+
+    @generator.setter
+    def generator(self, generator: torch.Generator | None) -> None:
+        self._generator = instance_of("generator", generator, torch.Generator, optional=True)
+
+    @property
+    def check_finite(self) -> bool | None:
+        """Whether the weights are checked for NaN/inf (``None``: wherever that costs no host sync)."""
+        return self._check_finite
+
+    @check_finite.setter
+    def check_finite(self, check: bool | None) -> None:
+        if check is not None and not isinstance(check, bool):
+            raise TypeError(f"check_finite must be True, False or None, got {check!r}")
+        self._check_finite = check
+
+    @property
+    def noise_on(self) -> NoiseOn:
+        """``"theta"`` or ``"costs"``: where the noise is added for a ``"min"`` oracle."""
+        return self._noise_on
+
+    @noise_on.setter
+    def noise_on(self, noise_on: NoiseOn) -> None:
+        self._noise_on = one_of("noise_on", noise_on, ("theta", "costs"))
+
+    @property
+    def target_noise_scale(self) -> float:
+        """Multiplier of ε in the backward's target MAP."""
+        return self._target_noise_scale
+
+    @target_noise_scale.setter
+    def target_noise_scale(self, scale: float) -> None:
+        self._target_noise_scale = non_negative("target_noise_scale", scale)
 
     def _validate(self, weights: torch.Tensor) -> None:
         if not isinstance(weights, torch.Tensor):
@@ -272,8 +465,8 @@ class PerturbAndMAPLayer(nn.Module):
         check = self.check_finite
         if check is None:
             check = not (isinstance(self.oracle, TorchOracle) and weights.device.type != "cpu")
-        if _is_vmapped(weights):
-            check = False  # no data-dependent check under vmap: host oracles validate each row
+        if _under_vmap():
+            check = False  # no host read under vmap: host oracles validate each row they solve
         check_weights(weights, self.oracle, check_finite=check)
 
     def _spec(self, training: bool) -> _Spec:
@@ -295,9 +488,11 @@ class PerturbAndMAPLayer(nn.Module):
     def sample_states(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` weights → ``(..., S, m)`` perturbed MAP states (noise-free MAP in ``eval()``)."""
         self._validate(weights)
+        if _under_vmap() and self.training:
+            _refuse_stateful_rule_under_vmap(self.rule)
         z, _ = PerturbAndMAP.apply(weights, self._spec(self.training))
         if self.training:
-            return z  # type: ignore[no-any-return]
+            return z
         return z.expand(*z.shape[:-2], self.samples, z.shape[-1])  # z = MAP(θ)   [..., S, m]
 
     def extra_repr(self) -> str:

@@ -1,0 +1,171 @@
+"""Every estimator under `torch.func` (grad, per-sample gradients with vmap(grad), jacrev) and on an
+empty batch, on a device-native and on a host oracle."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from imle_solvers import (
+    IMLE,
+    STE,
+    AdaptiveTarget,
+    Blackbox,
+    Gumbel,
+    InvalidWeightsError,
+    MapOracle,
+    PerturbedOptimizer,
+    PerturbedTarget,
+    RowAdaptiveTarget,
+    TopK,
+)
+from tests.support.oracles import EnumOracle, k_subsets
+
+M = 6
+W = torch.randn(4, M, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+COEF = torch.linspace(-1.0, 2.0, M, dtype=torch.float64)
+
+ORACLES: dict[str, Callable[[], MapOracle]] = {
+    "torch": lambda: TopK(2, M),
+    "host": lambda: EnumOracle(k_subsets(M, 2)),
+}
+
+
+def _gen() -> torch.Generator:
+    return torch.Generator().manual_seed(7)
+
+
+# Every estimator with options that exercise its noise and its samples; a fresh layer per call, so two
+# layers built alike draw the same noise.
+ESTIMATORS: dict[str, Callable[[MapOracle], nn.Module]] = {
+    "imle": lambda o: IMLE(o, samples=2, generator=_gen()),
+    "imle-pid": lambda o: IMLE(o, Gumbel(), PerturbedTarget(2.0), samples=2, generator=_gen()),
+    "blackbox": lambda o: Blackbox(o, lam=3.0),
+    "ste": lambda o: STE(o, samples=2, generator=_gen()),
+    "perturbed-optimizer": lambda o: PerturbedOptimizer(o, samples=3, generator=_gen()),
+}
+
+
+def _loss(z: torch.Tensor) -> torch.Tensor:
+    """A per-row loss that is not linear in z, so the upstream gradient depends on the state."""
+    return ((z - 0.3) ** 2 * COEF).sum()
+
+
+def _autograd(layer: nn.Module, w: torch.Tensor) -> torch.Tensor:
+    x = w.clone().requires_grad_(True)
+    _loss(layer(x)).backward()
+    assert x.grad is not None
+    return x.grad
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_func_grad_equals_autograd(name: str, oracle: str) -> None:
+    make = ESTIMATORS[name]
+    functional = torch.func.grad(lambda w: _loss(make(ORACLES[oracle]())(w)))(W)
+    expected = _autograd(make(ORACLES[oracle]()), W)
+    torch.testing.assert_close(functional, expected)
+    assert expected.abs().sum() > 0, "the comparison needs a nonzero gradient"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_vmap_grad_gives_the_per_sample_gradients(name: str, oracle: str) -> None:
+    # the loss is a sum over rows, so the per-sample gradients are the rows of the batch gradient (the
+    # vmapped rows go to the oracle as one batch, so they draw the noise of one batched call)
+    make = ESTIMATORS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no vmap fallback warning, no zero-gradient warning
+        per_sample = torch.func.vmap(torch.func.grad(lambda w: _loss(make(ORACLES[oracle]())(w))))(W)
+    assert per_sample.shape == W.shape
+    torch.testing.assert_close(per_sample, _autograd(make(ORACLES[oracle]()), W))
+    assert (per_sample.abs().sum(1) > 0).sum() >= 2, "several rows need a nonzero gradient"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+@pytest.mark.parametrize("name", sorted(ESTIMATORS))
+def test_jacrev_equals_one_backward_per_output(name: str, oracle: str) -> None:
+    make = ESTIMATORS[name]
+    jacobian = torch.func.jacrev(lambda w: make(ORACLES[oracle]())(w))(W)
+    x = W.clone().requires_grad_(True)
+    z = make(ORACLES[oracle]())(x)
+    assert jacobian.shape == (*z.shape, *W.shape)
+    rows = []
+    with warnings.catch_warnings():  # a one-hot upstream leaves most rows of a fixed λ at zero: expected
+        warnings.filterwarnings("ignore", r"PerturbedTarget\(lam=", RuntimeWarning)
+        for i in range(z.numel()):
+            upstream = torch.zeros(z.numel(), dtype=z.dtype)
+            upstream[i] = 1.0
+            (g,) = torch.autograd.grad(z, x, upstream.view_as(z), retain_graph=True)
+            rows.append(g)
+    torch.testing.assert_close(jacobian.reshape(z.numel(), *W.shape), torch.stack(rows))
+    assert jacobian.abs().sum() > 0
+
+
+def test_jacrev_sends_every_vmapped_backward_to_the_host_oracle_in_one_call() -> None:
+    oracle = EnumOracle(k_subsets(M, 2))
+    torch.func.jacrev(IMLE(oracle, samples=2, generator=_gen()))(W)
+    n, s = W.shape[0], 2
+    outputs = n * s * M  # one vmapped backward per output entry
+    assert oracle.batch_calls == [n * s, outputs * n * s]
+
+
+def test_checks_still_run_under_grad_and_host_oracles_validate_under_vmap() -> None:
+    bad = W.clone()
+    bad[2, 1] = float("nan")
+    with pytest.raises(InvalidWeightsError, match=r"batch row 2: weights contain NaN or inf"):
+        torch.func.grad(lambda w: _loss(IMLE(TopK(2, M))(w)))(bad)
+    host = EnumOracle(k_subsets(M, 2))
+    with pytest.raises(InvalidWeightsError, match="NaN or inf"):
+        torch.func.vmap(torch.func.grad(lambda w: _loss(IMLE(host)(w))))(bad)
+    assert host.solve_calls == 0
+
+
+@pytest.mark.parametrize("target", [AdaptiveTarget(), RowAdaptiveTarget()], ids=["aimle", "row-adaptive"])
+def test_stateful_targets_refuse_vmap_with_a_clear_error(target: object) -> None:
+    layer = IMLE(TopK(2, M), Gumbel(), target, generator=_gen())  # type: ignore[arg-type]
+    message = rf"^{type(target).__name__} adapts its state in every backward pass and does not support"
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.vmap(torch.func.grad(lambda w: _loss(layer(w))))(W)
+    with pytest.raises(RuntimeError, match=message):
+        torch.func.jacrev(layer)(W)
+    layer.eval()
+    torch.func.vmap(layer)(W)  # the noise-free forward has no backward: allowed
+
+
+# --------------------------------------------------------------------------- the empty batch
+EMPTY_ESTIMATORS: dict[str, Callable[[MapOracle], nn.Module]] = {
+    **ESTIMATORS,
+    "imle-aimle": lambda o: IMLE(o, Gumbel(), AdaptiveTarget(), samples=2, generator=_gen()),
+    "imle-row-adaptive": lambda o: IMLE(o, Gumbel(), RowAdaptiveTarget(), samples=2, generator=_gen()),
+    "imle-default-s1": lambda o: IMLE(o, generator=_gen()),
+}
+
+
+@pytest.mark.parametrize("lead", [(0,), (3, 0)], ids=["B=0", "3x0"])
+@pytest.mark.parametrize("oracle", sorted(ORACLES))
+@pytest.mark.parametrize("name", sorted(EMPTY_ESTIMATORS))
+def test_an_empty_batch_goes_forward_and_backward(name: str, oracle: str, lead: tuple[int, ...]) -> None:
+    solver = ORACLES[oracle]()
+    layer = EMPTY_ESTIMATORS[name](solver)
+    state = {key: value.clone() for key, value in layer.state_dict().items()}
+    x = torch.zeros(*lead, M, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        z = layer(x)
+        _loss(z).backward()
+    samples = getattr(layer, "samples", 1)
+    expected = (*lead, M) if samples == 1 or isinstance(layer, PerturbedOptimizer) else (*lead, samples, M)
+    assert z.shape == expected and z.dtype == x.dtype
+    assert x.grad is not None and x.grad.shape == x.shape
+    for key, value in layer.state_dict().items():  # an empty batch teaches a stateful target nothing
+        assert torch.equal(value, state[key]), key
+    if isinstance(solver, EnumOracle):
+        assert solver.batch_calls == [] and solver.solve_calls == 0
