@@ -23,7 +23,7 @@ from .errors import (
     WorkerCrashedError,
 )
 from .estimators import STE, Blackbox, PerturbedOptimizer
-from .imle import IMLE, imle
+from .imle import IMLE  # also binds imle_solvers.imle: the module, callable as imle(...)
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
 from .oracle import MapOracle, TorchOracle
 from .target import (
@@ -120,6 +120,8 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    # At run time `imle_solvers.imle` is the module imle.py, whose calls go to its function `imle`
+    # (one object, so the package attribute never shadows the module); type checkers see the function.
     from .adapters import (
         ILP,
         ClampedCosts,
@@ -135,5 +137,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TorchMatching,
         TorchSpanningTree,
     )
+    from .imle import imle
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
     from .pool import PoolPlan, SolutionCache, SolverPool

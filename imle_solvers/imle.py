@@ -5,20 +5,27 @@ whose backward gradient rule is a [`TargetDistribution`][imle_solvers.TargetDist
 pass draws ``ε ~ ρ(ε)`` and returns ``z = MAP(θ + ε)``; the backward pass returns
 ``Σ_S [z − MAP(θ' + ε)] / λ``, with θ' from the target and the same ε.
 
-``PerturbAndMAP``, ``PerturbAndMAPLayer`` and ``GradientRule``, shared with the baselines of
-``estimators.py``, are defined in ``imle_solvers.perturb_and_map`` and importable from here as well.
+[`imle`][imle_solvers.imle] is the functional form. ``imle_solvers.imle`` names one object: this
+module, which is callable as that function (``imle_solvers.imle(weights, oracle)``), so that the
+package attribute and the module ``imle_solvers.imle`` are never two different things.
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
+import types
+from typing import Any
+
 import torch
 
+from ._checks import instance_of
 from .noise import NoiseDistribution, SumOfGamma
 from .oracle import BatchSolver, MapOracle
-from .perturb_and_map import GradientRule, NoiseOn, PerturbAndMAP, PerturbAndMAPLayer
+from .perturb_and_map import NoiseOn, PerturbAndMAPLayer
 from .target import RelativeTarget, TargetDistribution
 
-__all__ = ["IMLE", "GradientRule", "PerturbAndMAP", "PerturbAndMAPLayer", "imle"]
+__all__ = ["IMLE", "imle"]
 
 
 class IMLE(PerturbAndMAPLayer):
@@ -88,9 +95,7 @@ class IMLE(PerturbAndMAPLayer):
         target_noise_scale: float = 1.0,
     ) -> None:
         noise = SumOfGamma() if noise is None else noise
-        target = RelativeTarget() if target is None else target
-        if not isinstance(target, TargetDistribution):
-            raise TypeError(f"target must be a TargetDistribution, got {type(target).__name__}")
+        target = RelativeTarget() if target is None else instance_of("target", target, TargetDistribution)
         super().__init__(
             oracle,
             noise,
@@ -103,6 +108,23 @@ class IMLE(PerturbAndMAPLayer):
             target_noise_scale=target_noise_scale,
         )
         self.target = target
+
+    @property
+    def target(self) -> TargetDistribution:
+        """The target distribution (the backward's gradient rule); assigning one takes effect at once.
+
+        A target that is an ``nn.Module`` ([`AdaptiveTarget`][imle_solvers.AdaptiveTarget]) is registered
+        as the submodule ``target``, so its state is in the layer's ``state_dict``.
+        """
+        return self.__dict__["_rule"]  # type: ignore[no-any-return]
+
+    @target.setter
+    def target(self, target: TargetDistribution) -> None:
+        instance_of("target", target, TargetDistribution)
+        self._modules.pop("target", None)
+        if isinstance(target, torch.nn.Module):
+            self._modules["target"] = target  # state_dict keys "target.*"
+        self.__dict__["_rule"] = target  # what the backward uses
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` weights → ``(..., m)`` states (``(..., S, m)`` when ``samples > 1``)."""
@@ -124,6 +146,9 @@ def imle(
     target_noise_scale: float = 1.0,
 ) -> torch.Tensor:
     """Functional form of [`IMLE`][imle_solvers.IMLE] (always in training mode: noise is drawn).
+
+    Every keyword has the effect it has on [`IMLE`][imle_solvers.IMLE]: ``imle(w, oracle, **options)``
+    equals ``IMLE(oracle, **options)(w)`` (with the same generator state, the same noise).
 
     Parameters
     ----------
@@ -154,3 +179,14 @@ def imle(
         target_noise_scale=target_noise_scale,
     )
     return layer(weights)  # type: ignore[no-any-return]
+
+
+class _CallableModule(types.ModuleType):
+    """The type of the module ``imle_solvers.imle``: calling the module calls [`imle`][imle_solvers.imle]."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return imle(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+__signature__ = inspect.signature(imle)  # inspect.signature(imle_solvers.imle) shows the function's
