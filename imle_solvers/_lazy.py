@@ -1,4 +1,4 @@
-"""Lazy attribute loading for packages (PEP 562), shared by ``imle_solvers``, ``.adapters`` and ``.data``.
+"""Lazy attribute loading for packages (PEP 562), shared by ``imle_solvers`` and ``imle_solvers.adapters``.
 
 Optional solvers (OR-Tools, PuLP, NetworkX, Dask) are imported only when a name that needs them is
 first touched, so ``import imle_solvers`` stays light.

@@ -7,7 +7,7 @@ names them in its message, so that a failure in a batch of 256 says *which* inst
 Hierarchy::
 
     ImleSolversError
-    ├── InvalidWeightsError      (also a ValueError)   NaN/inf, wrong length, wrong dtype
+    ├── InvalidWeightsError      (also a ValueError)   NaN/inf, wrong length, dtype or shape of an input
     ├── InfeasibleError                                 no state satisfies the constraints
     ├── UnboundedError                                  the objective is unbounded
     ├── SolverTimeoutError       (also a TimeoutError)  time limit hit with no usable answer
@@ -101,7 +101,11 @@ def _rebuild_error(
 
 
 class InvalidWeightsError(ImleSolversError, ValueError):
-    """Weights that no oracle can take: NaN/inf entries, the wrong last dimension or a non-float dtype."""
+    """Weights that no oracle can take: NaN/inf entries, the wrong last dimension or a non-float dtype.
+
+    Also raised for the other input tensors of layers and losses (optimal or target states, objective
+    values) that have NaN/inf entries or a shape other than the one required: they are never broadcast.
+    """
 
 
 class InfeasibleError(ImleSolversError):
@@ -128,12 +132,14 @@ class InvalidSolutionError(ImleSolversError):
     """A solver returned a state that violates the declared constraints, bounds or integrality.
 
     Raised by the ILP adapters' solution check instead of handing back a wrong state (numerical trouble
-    in the solver, e.g. coefficients far apart in magnitude). ``.constraint`` is the first violated
-    constraint row (``None`` for a bound or integrality violation), ``.violation`` by how much.
+    in the solver, e.g. coefficients far apart in magnitude).
     """
 
     constraint: int | None = None
+    """The first violated constraint row, ``None`` for a bound or integrality violation."""
+
     violation: float = 0.0
+    """By how much the state violates it."""
 
 
 class MissingExtraError(ImleSolversError, ImportError):
@@ -165,14 +171,15 @@ class OutputError(ImleSolversError, OSError):
 class UnprovenSolutionWarning(RuntimeWarning):
     """A solver hit its time limit with a feasible state it could not prove optimal (returned anyway).
 
-    Pass ``strict=True`` to an adapter to get [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError]
-    instead.
+    Pass ``strict=True`` to an adapter to get
+    [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] instead.
     """
 
 
 def require(module: str, extra: str) -> object:
-    """Import an optional dependency or raise [`MissingExtraError`][imle_solvers.errors.MissingExtraError]
-    naming the extra to install.
+    """Import an optional dependency, or raise a `MissingExtraError` naming the extra to install.
+
+    The error is [`MissingExtraError`][imle_solvers.errors.MissingExtraError] (also an ``ImportError``).
 
     Parameters
     ----------

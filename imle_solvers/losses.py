@@ -86,8 +86,10 @@ def _flat_pair(
 
 
 def _input_tensor(name: str, value: object, shapes: tuple[torch.Size, ...]) -> torch.Tensor:
-    """``value`` if it is a float-convertible tensor of one of ``shapes``: never broadcast (a ``(m,)``
-    state against ``(B, m)`` weights is a mistake, not a shortcut)."""
+    """``value``, detached, if it is a real tensor of one of ``shapes``.
+
+    Never broadcast: a ``(m,)`` state against ``(B, m)`` weights is a mistake, not a shortcut.
+    """
     if not isinstance(value, torch.Tensor):
         raise InvalidWeightsError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
     if value.shape not in shapes:
@@ -349,8 +351,7 @@ class _FenchelYoungFunction(torch.autograd.Function):
 
 
 class FenchelYoungLoss(nn.Module):
-    """Perturbed Fenchel-Young loss of Berthet et al. (2020, "Learning with differentiable perturbed
-    optimizers", sec. 4.1).
+    """The perturbed Fenchel-Young loss of Berthet et al. (2020, sec. 4.1).
 
     With ``F_ε(θ) = E[max_z ⟨θ + ε, z⟩]`` (ε ~ ``noise``, by default ``σZ`` with ``Z ~ N(0, I)``)::
 
