@@ -474,6 +474,8 @@ def test_repr_and_stats() -> None:
     pool.close()  # idempotent
 
 
+# the benchmark times a fixed-λ layer on random upstream gradients: the fixed-λ warning is expected
+@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.slow
 def test_pool_benchmark_quick_run_produces_rows() -> None:
     from imle_solvers.benchmarks import pool as bench
