@@ -41,14 +41,16 @@ def _fail(oracle: MapOracle, what: str) -> AssertionError:
     return AssertionError(f"{oracle!r} breaks the MapOracle contract: {what}")
 
 
-def _tied(weights: np.ndarray, *, with_zero: bool) -> np.ndarray:
-    """Rows with ties, at the scale and sign pattern of ``weights``: ``(T, m)``."""
+def _tied(weights: np.ndarray) -> np.ndarray:
+    """Rows with ties, at the scale and sign pattern of ``weights``: ``(T, m)``.
+
+    The first rows with every magnitude replaced by the row's mean magnitude (signs kept), and one
+    constant row (every state of a fixed size ties on it).
+    """
     head = weights[:8]
     magnitude = np.abs(head).mean(axis=1, keepdims=True)  # [T, 1]
-    rows = [np.sign(head) * magnitude, np.full((1, weights.shape[1]), np.abs(weights).mean())]
-    if with_zero:
-        rows.append(np.zeros((1, weights.shape[1])))
-    return np.concatenate(rows)
+    constant = np.full((1, weights.shape[1]), np.abs(weights).mean())  # [1, m]
+    return np.concatenate([np.sign(head) * magnitude, constant])
 
 
 def _has_ties(w: np.ndarray) -> bool:
@@ -105,8 +107,8 @@ def assert_oracle_contract(
     weights
         ``(B, m)`` weights to check; default ``n_checks`` standard normal rows times each of ``scales``
         (negative weights included, as perturbations produce them). Rows with ties are added to them:
-        the first rows with every magnitude replaced by the row's mean magnitude (signs kept), a constant
-        row, and (for the default weights) an all-zero row; each is solved several times.
+        the first rows with every magnitude replaced by the row's mean magnitude (signs kept) and a
+        constant row; every row is solved several times.
     n_checks
         Random rows per scale when ``weights`` is not given.
     scales
@@ -132,14 +134,13 @@ def assert_oracle_contract(
     m = oracle.n_vars
     if not isinstance(m, (int, np.integer)) or m < 1:
         raise _fail(oracle, f"n_vars must be a positive integer, got {m!r}")
-    default = weights is None
     if weights is None:
         rng = np.random.default_rng(seed)
         weights = np.concatenate([scale * rng.standard_normal((n_checks, m)) for scale in scales])
     weights = np.asarray(weights, dtype=np.float64)
     if weights.ndim != 2 or weights.shape[1] != m or weights.shape[0] == 0:
         raise ValueError(f"weights must have shape (B, {m}) with B >= 1, got {weights.shape}")
-    weights = np.concatenate([weights, _tied(weights, with_zero=default)])  # [B + ties, m]
+    weights = np.concatenate([weights, _tied(weights)])  # [B + ties, m]
     feasible = None if states is None else np.asarray(states, dtype=np.float64)
 
     original = weights.copy()

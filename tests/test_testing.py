@@ -211,3 +211,26 @@ def test_weights_of_the_wrong_shape_are_refused() -> None:
         assert_oracle_contract(EnumOracle(k_subsets(5, 2)), weights=np.zeros((3, 4)))
     with pytest.raises(ValueError, match=r"got \(0, 5\)"):
         assert_oracle_contract(EnumOracle(k_subsets(5, 2)), weights=np.zeros((0, 5)))
+
+
+class _RandomTiesFromTheSecondBatch(EnumOracle):
+    """Its first `solve_batch` agrees with `solve`; later ones break ties by a random permutation."""
+
+    def __init__(self, states: np.ndarray) -> None:
+        super().__init__(states)
+        self.rng = np.random.default_rng(0)
+        self.batches = 0
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        self.batches += 1
+        if self.batches == 1:
+            return super().solve_batch(weights)
+        weights = self.validate(weights)
+        order = self.rng.permutation(len(self.states))  # another first-best among ties
+        scores = weights @ self.states[order].T
+        return self.states[order][scores.argmax(1)]
+
+
+def test_a_batch_that_changes_its_ties_between_calls_is_caught() -> None:
+    with pytest.raises(AssertionError, match="solve_batch is not deterministic"):
+        assert_oracle_contract(_RandomTiesFromTheSecondBatch(k_subsets(5, 2)), picklable=False)

@@ -130,10 +130,12 @@ def test_checks_still_run_under_grad_and_host_oracles_validate_under_vmap() -> N
 
 @pytest.mark.parametrize("target", [AdaptiveTarget(), RowAdaptiveTarget()], ids=["aimle", "row-adaptive"])
 def test_stateful_targets_refuse_vmap_with_a_clear_error(target: object) -> None:
-    layer = IMLE(TopK(2, M), Gumbel(), target, generator=_gen())  # type: ignore[arg-type]
+    solver = EnumOracle(k_subsets(M, 2))
+    layer = IMLE(solver, Gumbel(), target, generator=_gen())  # type: ignore[arg-type]
     message = rf"^{type(target).__name__} adapts its state in every backward pass and does not support"
     with pytest.raises(RuntimeError, match=message):
         torch.func.vmap(torch.func.grad(lambda w: _loss(layer(w))))(W)
+    assert solver.batch_calls == []  # refused in the forward pass, before any solve
     with pytest.raises(RuntimeError, match=message):
         torch.func.jacrev(layer)(W)
     layer.eval()
@@ -169,3 +171,15 @@ def test_an_empty_batch_goes_forward_and_backward(name: str, oracle: str, lead: 
         assert torch.equal(value, state[key]), key
     if isinstance(solver, EnumOracle):
         assert solver.batch_calls == [] and solver.solve_calls == 0
+
+
+def test_a_solve_under_vmap_of_rows_that_are_not_vmapped_is_one_call() -> None:
+    # inside a vmap, a solve of rows that do not depend on the vmapped input solves them once
+    from imle_solvers.perturb_and_map import _TransformedSolve
+
+    solver = EnumOracle(k_subsets(M, 2))
+    shared = W[:2]  # [2, m], not vmapped
+    out = torch.func.vmap(lambda row: _TransformedSolve.apply(shared, solver, None) * row.sum())(W)
+    assert out.shape == (4, 2, M) and solver.batch_calls == [2]
+    expected = torch.from_numpy(solver.solve_batch(shared.numpy()))
+    torch.testing.assert_close(out, expected * W.sum(1)[:, None, None])
