@@ -134,12 +134,10 @@ class _TransformedSolve(torch.autograd.Function):
 
     @staticmethod
     def vmap(
-        info: Any, in_dims: tuple[int | None, None, None], theta: torch.Tensor, oracle: MapOracle, pool: Any
-    ) -> tuple[torch.Tensor, int | None]:
-        dim = in_dims[0]
-        if dim is None:  # the same rows for every vmapped element: solve them once
-            return _TransformedSolve.apply(theta, oracle, pool), None
-        batch = theta.movedim(dim, 0)  # [V, N, m]
+        info: Any, in_dims: tuple[int, None, None], theta: torch.Tensor, oracle: MapOracle, pool: Any
+    ) -> tuple[torch.Tensor, int]:
+        # θ is the only tensor input, so vmap calls this rule only when θ is vmapped (in_dims[0] set)
+        batch = theta.movedim(in_dims[0], 0)  # [V, N, m]
         states = _TransformedSolve.apply(batch.reshape(-1, batch.shape[-1]), oracle, pool)  # [V·N, m]
         return states.view(batch.shape), 0
 

@@ -174,7 +174,8 @@ def test_an_empty_batch_goes_forward_and_backward(name: str, oracle: str, lead: 
 
 
 def test_a_solve_under_vmap_of_rows_that_are_not_vmapped_is_one_call() -> None:
-    # inside a vmap, a solve of rows that do not depend on the vmapped input solves them once
+    # inside a vmap, a solve of rows that do not depend on the vmapped input solves them once (vmap
+    # runs the function as it is: there is nothing to fold)
     from imle_solvers.perturb_and_map import _TransformedSolve
 
     solver = EnumOracle(k_subsets(M, 2))
