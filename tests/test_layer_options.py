@@ -176,6 +176,10 @@ def test_the_functional_form_takes_every_keyword_of_the_layer() -> None:
     layer_options = set(inspect.signature(IMLE).parameters) - {"oracle"}
     functional_options = set(inspect.signature(imle).parameters) - {"weights", "oracle"}
     assert layer_options == functional_options
+    for option in layer_options:  # the same defaults, the same kinds (positional or keyword-only)
+        in_layer = inspect.signature(IMLE).parameters[option]
+        in_function = inspect.signature(imle).parameters[option]
+        assert (in_layer.default, in_layer.kind) == (in_function.default, in_function.kind), option
     covered = {option for estimator, option, *_ in CASES if estimator == "IMLE"}
     assert layer_options - covered == set(), "every IMLE option needs a case above"
     for name, cls in (("STE", STE), ("Blackbox", Blackbox), ("PerturbedOptimizer", PerturbedOptimizer)):
@@ -217,9 +221,22 @@ def test_imle_defaults() -> None:
 def test_ste_defaults() -> None:
     layer = STE(TopK(2, M), generator=gen())
     assert layer.noise == Gumbel(1.0) and layer.samples == 1 and layer.check_finite is None
+    assert layer.noise_on == "theta" and layer.target_noise_scale == 1.0
     z = layer(W)
     eps = Gumbel(1.0).sample((5, 1, M), dtype=torch.float64, generator=gen())
     assert z.shape == (5, M) and torch.equal(z, TopK(2, M).solve_torch(W + eps[:, 0]))
+
+
+@pytest.mark.parametrize("name", ["STE", "PerturbedOptimizer"])
+def test_estimators_perturb_theta_of_a_min_oracle_by_default(name: str) -> None:
+    # θ = −c: the default noise direction solves argmin ⟨c − ε, z⟩ (not ⟨c + ε, z⟩)
+    costs = host("min")
+    z = BUILD[name](costs, samples=2)(W)
+    shape = (5, 2, M)
+    eps = Gumbel(1.0).sample(shape, dtype=torch.float64, generator=gen()) if name == "STE" else None
+    eps = torch.randn(shape, dtype=torch.float64, generator=gen()) if eps is None else eps
+    expected = torch.from_numpy(costs.solve_batch((W.unsqueeze(1) - eps).reshape(-1, M).numpy())).view(shape)
+    torch.testing.assert_close(z, expected if name == "STE" else expected.mean(1))
 
 
 @pytest.mark.parametrize("sense", ["max", "min"])

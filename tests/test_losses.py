@@ -270,6 +270,8 @@ def test_optimal_states_with_nan_or_of_another_type_are_refused() -> None:
             call()
     with pytest.raises(InvalidWeightsError, match=r"^optimal must be a torch\.Tensor, got ndarray$"):
         regret(oracle, pred, true, optimal=optimal.numpy())  # type: ignore[arg-type]
+    with pytest.raises(InvalidWeightsError, match=r"^optimal must be real, got torch\.complex128$"):
+        regret(oracle, pred, true, optimal=torch.zeros(4, 5, dtype=torch.complex128))
     assert oracle.batch_calls == []
 
 

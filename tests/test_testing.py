@@ -234,3 +234,17 @@ class _RandomTiesFromTheSecondBatch(EnumOracle):
 def test_a_batch_that_changes_its_ties_between_calls_is_caught() -> None:
     with pytest.raises(AssertionError, match="solve_batch is not deterministic"):
         assert_oracle_contract(_RandomTiesFromTheSecondBatch(k_subsets(5, 2)), picklable=False)
+
+
+class _RandomTiesUnlessUniform(_RandomTies):
+    """Deterministic on uniform weights (a special case), random among ties anywhere else."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if np.ptp(weights) == 0:
+            return self.states[0].copy()
+        return super().solve(weights)
+
+
+def test_ties_between_some_items_are_checked_not_only_uniform_weights() -> None:
+    with pytest.raises(AssertionError, match=r"ties are broken at random|row 6\d differs from solve"):
+        assert_oracle_contract(_RandomTiesUnlessUniform(k_subsets(5, 2)), picklable=False)  # rows ≥ 60: tied

@@ -184,3 +184,39 @@ def test_a_solve_under_vmap_of_rows_that_are_not_vmapped_is_one_call() -> None:
     assert out.shape == (4, 2, M) and solver.batch_calls == [2]
     expected = torch.from_numpy(solver.solve_batch(shared.numpy()))
     torch.testing.assert_close(out, expected * W.sum(1)[:, None, None])
+
+
+# --------------------------------------------------------------------------- CUDA
+CUDA_LAYERS: dict[str, Callable[[torch.Generator], nn.Module]] = {
+    "imle": lambda g: IMLE(TopK(2, M), samples=2, generator=g),
+    "imle-pid": lambda g: IMLE(TopK(2, M), Gumbel(), PerturbedTarget(2.0), samples=2, generator=g),
+    "blackbox": lambda g: Blackbox(TopK(2, M), lam=3.0),
+    "ste": lambda g: STE(TopK(2, M), samples=2, generator=g),
+    "perturbed-optimizer": lambda g: PerturbedOptimizer(TopK(2, M), samples=3, generator=g),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", sorted(CUDA_LAYERS))
+def test_cuda_torch_func_and_empty_batch_stay_on_device_without_sync(name: str) -> None:  # pragma: no cover
+    w, coef = W.to("cuda"), COEF.to("cuda")
+    layer = CUDA_LAYERS[name](torch.Generator("cuda").manual_seed(0))
+
+    def loss(x: torch.Tensor) -> torch.Tensor:
+        return ((layer(x) - 0.3) ** 2 * coef).sum()
+
+    torch.func.vmap(torch.func.grad(loss))(w)  # warm-up: noise tables reach the device
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        per_sample = torch.func.vmap(torch.func.grad(loss))(w)
+        jacobian = torch.func.jacrev(layer)(w)
+        empty = torch.zeros(0, M, device="cuda", dtype=torch.float64, requires_grad=True)
+        layer(empty).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert per_sample.device.type == "cuda" and per_sample.shape == w.shape
+    assert bool(torch.isfinite(per_sample).all()) and jacobian.device.type == "cuda"
+    assert empty.grad is not None and empty.grad.shape == (0, M)
