@@ -230,9 +230,13 @@ class PerturbAndMAP(torch.autograd.Function):
 
 
 def _interpreters() -> list[Any]:
-    """The active `torch.func` transforms, innermost last (empty outside any transform)."""
+    """The active `torch.func` transforms, innermost last (empty outside any transform).
+
+    Empty while `torch.compile` traces: Dynamo cannot trace the interpreter stack (a graph break and a
+    warning), and the eager checks it guards are what the compiled code ran before.
+    """
     functorch = getattr(torch._C, "_functorch", None)
-    if functorch is None:  # pragma: no cover - every supported torch has it
+    if functorch is None or torch.compiler.is_compiling():
         return []
     return list(functorch.get_interpreter_stack() or ())
 

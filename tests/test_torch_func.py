@@ -220,3 +220,13 @@ def test_cuda_torch_func_and_empty_batch_stay_on_device_without_sync(name: str) 
     assert per_sample.device.type == "cuda" and per_sample.shape == w.shape
     assert bool(torch.isfinite(per_sample).all()) and jacobian.device.type == "cuda"
     assert empty.grad is not None and empty.grad.shape == (0, M)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("error:Dynamo does not know how to trace")
+def test_torch_compile_traces_the_layer_checks_without_a_graph_break_warning() -> None:
+    layer = IMLE(TopK(2, M)).eval()
+    compiled = torch.compile(lambda w: layer(w) * COEF)
+    for _ in range(2):  # the second call runs the compiled code
+        torch.testing.assert_close(compiled(W), layer(W) * COEF)
