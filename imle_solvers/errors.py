@@ -147,9 +147,10 @@ class MissingExtraError(ImleSolversError, ImportError):
 
 
 class ConfigError(ImleSolversError, ValueError):
-    """A setting of a command or of its configuration that cannot work: a value out of range, an unknown
-    name, a combination of options that does not fit, an output folder that is a file, a device this
-    machine lacks. Raised before any work starts.
+    """A setting of a command or of its configuration that cannot work, found before any work starts.
+
+    A value out of range, an unknown name, a combination of options that does not fit, an output folder
+    that is a file, a device this machine lacks.
 
     ``.field`` names the setting (``None`` for a combination of settings) and ``.reason`` says what is
     wrong with it; the message is ``"{field} {reason}"``, the command line shows
