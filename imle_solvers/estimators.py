@@ -163,7 +163,7 @@ class Blackbox(PerturbAndMAPLayer):
     @property
     def lam(self) -> float:
         """λ > 0, the interpolation strength; assigning it takes effect at the next backward pass."""
-        return self.rule.lam  # type: ignore[attr-defined, no-any-return]
+        return self.rule.lam  # type: ignore[attr-defined]
 
     @lam.setter
     def lam(self, lam: float) -> None:
@@ -228,7 +228,7 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     @property
     def sigma(self) -> float:
         """Noise scale σ > 0; assigning it changes the noise and the score together."""
-        return self.rule.sigma  # type: ignore[attr-defined, no-any-return]
+        return self.rule.sigma  # type: ignore[attr-defined]
 
     @sigma.setter
     def sigma(self, sigma: float) -> None:

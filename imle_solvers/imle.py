@@ -116,7 +116,7 @@ class IMLE(PerturbAndMAPLayer):
         A target that is an ``nn.Module`` ([`AdaptiveTarget`][imle_solvers.AdaptiveTarget]) is registered
         as the submodule ``target``, so its state is in the layer's ``state_dict``.
         """
-        return self.__dict__["_rule"]  # type: ignore[no-any-return]
+        return self.__dict__["_rule"]
 
     @target.setter
     def target(self, target: TargetDistribution) -> None:
@@ -178,7 +178,7 @@ def imle(
         noise_on=noise_on,
         target_noise_scale=target_noise_scale,
     )
-    return layer(weights)  # type: ignore[no-any-return]
+    return layer(weights)
 
 
 class _CallableModule(types.ModuleType):

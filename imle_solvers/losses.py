@@ -33,7 +33,7 @@ Reduction = Literal["mean", "sum", "none"]
 
 
 def _check_reduction(reduction: Reduction) -> Reduction:
-    return one_of("reduction", reduction, ("mean", "sum", "none"))  # type: ignore[no-any-return]
+    return one_of("reduction", reduction, ("mean", "sum", "none"))
 
 
 def _reduce(values: torch.Tensor, reduction: Reduction) -> torch.Tensor:
@@ -210,7 +210,7 @@ class _SPOPlusFunction(torch.autograd.Function):
     """SPO+ value and its subgradient in weight space (see [`SPOPlusLoss`][imle_solvers.SPOPlusLoss])."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         weights_pred: torch.Tensor,
         weights_true: torch.Tensor,
@@ -229,9 +229,7 @@ class _SPOPlusFunction(torch.autograd.Function):
         return value
 
     @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_value: torch.Tensor
-    ) -> tuple[torch.Tensor, None, None, None, None, None]:
+    def backward(ctx: Any, grad_value: torch.Tensor) -> tuple[torch.Tensor, None, None, None, None, None]:
         z_true, z_spo = ctx.saved_tensors
         grad_theta_hat = 2 * (z_spo - z_true)  # ∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − z*)   [N, m]
         grad = ctx.sign * grad_theta_hat * grad_value.unsqueeze(-1)  # ∂ℓ/∂weights = ±∂ℓ/∂θ̂
@@ -320,7 +318,7 @@ class SPOPlusLoss(nn.Module):
             z_spo, _ = _solve_pair(self.oracle, theta_spo, None, names, self.pool)  # MAP(2θ̂ − θ)
             z_true = given
         value = _SPOPlusFunction.apply(pred, true.detach(), z_true, z_spo, f_star, sign)
-        return _reduce(value.reshape(lead), self.reduction)  # type: ignore[union-attr]
+        return _reduce(value.reshape(lead), self.reduction)
 
     def extra_repr(self) -> str:
         return f"oracle={self.oracle!r}"
@@ -330,7 +328,7 @@ class _FenchelYoungFunction(torch.autograd.Function):
     """Perturbed Fenchel-Young value with gradient ``E[MAP(θ + ε)] − y`` (θ-space)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         weights_pred: torch.Tensor,
         value: torch.Tensor,
@@ -342,9 +340,7 @@ class _FenchelYoungFunction(torch.autograd.Function):
         return value
 
     @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: Any, grad_value: torch.Tensor
-    ) -> tuple[torch.Tensor, None, None, None]:
+    def backward(ctx: Any, grad_value: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         (grad_theta,) = ctx.saved_tensors
         grad = ctx.sign * grad_theta * grad_value.unsqueeze(-1)
         return grad, None, None, None
@@ -429,7 +425,7 @@ class FenchelYoungLoss(nn.Module):
         value = (perturbed * z).sum(-1).mean(1) - (theta * target).sum(-1)  # F̂_ε(θ) − ⟨θ, y⟩   [N]
         grad_theta = z.mean(1) - target  # E[MAP(θ + ε)] − y   [N, m]
         out = _FenchelYoungFunction.apply(pred, value, grad_theta, sign)
-        return _reduce(out.reshape(lead), self.reduction)  # type: ignore[union-attr]
+        return _reduce(out.reshape(lead), self.reduction)
 
     def extra_repr(self) -> str:
         return f"oracle={self.oracle!r}, noise={self.noise!r}, samples={self.samples}"

@@ -283,7 +283,7 @@ def check_oracle(oracle: object) -> MapOracle:
     Layers, losses and pools call it before anything else; a class passed for an instance
     (``IMLE(TopK)``) gets the advice to instantiate it.
     """
-    return instance_of("oracle", oracle, MapOracle)  # type: ignore[no-any-return]
+    return instance_of("oracle", oracle, MapOracle)
 
 
 def check_samples(samples: int) -> int:

@@ -125,7 +125,7 @@ class _TransformedSolve(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(theta: torch.Tensor, oracle: MapOracle, pool: BatchSolver | None) -> torch.Tensor:  # type: ignore[override]
+    def forward(theta: torch.Tensor, oracle: MapOracle, pool: BatchSolver | None) -> torch.Tensor:
         return map_solve(oracle, theta, pool)  # MAP(θ)   [N, m]
 
     @staticmethod
@@ -158,7 +158,7 @@ class PerturbAndMAP(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(weights: torch.Tensor, spec: _Spec) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+    def forward(weights: torch.Tensor, spec: _Spec) -> tuple[torch.Tensor, torch.Tensor]:
         oracle, samples = spec.oracle, spec.samples
         sign = sense_sign(oracle)
         lead, m = weights.shape[:-1], weights.shape[-1]
@@ -395,7 +395,7 @@ class PerturbAndMAPLayer(nn.Module):
     @property
     def rule(self) -> GradientRule:
         """The backward gradient rule (for [`IMLE`][imle_solvers.IMLE], its target)."""
-        return self.__dict__["_rule"]  # type: ignore[no-any-return]
+        return self.__dict__["_rule"]
 
     @property
     def samples(self) -> int:
