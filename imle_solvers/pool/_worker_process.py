@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._worker import THREAD_ENV_VARS, worker_main
@@ -62,12 +62,15 @@ class WorkerProcess:
     busy_s: float = 0.0  # solve seconds reported during the current call
 
 
-def spawn_worker(ctx: Any, threads: int) -> WorkerProcess:
+def spawn_worker(ctx: Any, threads: int, target: Callable[..., None] = worker_main) -> WorkerProcess:
     """Start one worker process (``ctx``: a `multiprocessing` context) limited to ``threads`` threads;
-    returns at once, the worker reports ``("ready", pid)`` on its pipe once it has imported."""
+    returns at once, the worker reports ``("ready", pid)`` on its pipe once it has imported.
+
+    ``target(conn, threads, caller_pid)`` is the worker's main loop (`worker_main`; tests give a
+    worker that misbehaves)."""
     parent, child = ctx.Pipe(duplex=True)
     proc = ctx.Process(
-        target=worker_main,
+        target=target,
         args=(child, threads, os.getpid()),
         daemon=True,
         name="imle-solvers-worker",

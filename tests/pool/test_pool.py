@@ -6,6 +6,7 @@ import gc
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ from imle_solvers import (
 )
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
-from imle_solvers.pool._worker import RemoteTraceback
+from imle_solvers.pool._failure import RemoteTraceback
 from tests.support.oracles import Enum
 from tests.support.paths import ROOT
 from tests.support.pool import STATES, alive, batch, wait_dead
@@ -36,8 +37,12 @@ from tests.support.pool_oracles import (
     Hang,
     Killer,
     Locked,
+    StoppableHang,
     ThreadReport,
+    silent_worker_main,
 )
+
+pytestmark = pytest.mark.timeout(10)  # a worker that never reports fails a test: it cannot hang the suite
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +109,7 @@ def test_workers_run_one_thread_each(proc_pool: SolverPool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(60)
 def test_spawn_start_method_works() -> None:
     with SolverPool(2, "process", fallback=False, start_method="spawn") as pool:
         w = batch(12)
@@ -244,6 +250,48 @@ def test_timeout_raises_kills_stuck_worker_and_recovers(fault_pool: SolverPool) 
     np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
 
 
+def test_a_worker_that_never_reports_is_caught_by_the_timeout_and_replaced() -> None:
+    """A worker that takes chunks and never answers (not even with a failure) cannot hang a call."""
+    with SolverPool(1, "process", fallback=False, timeout=1.0) as pool:
+        pool._runner.worker_target = silent_worker_main  # type: ignore[attr-defined]
+        pool.start()
+        silent = pool.worker_pids()
+        start = time.monotonic()
+        with pytest.raises(SolverTimeoutError, match="1 busy worker") as info:
+            pool.solve_batch(Enum(STATES), batch(5))
+        assert time.monotonic() - start < 5 and info.value.rows == (0, 1, 2, 3, 4)
+        assert wait_dead(silent, 3.0) and pool.stats["worker_restarts"] == 1
+
+
+def test_a_timed_out_thread_pool_stops_the_solves_on_its_own_threads_only() -> None:
+    from imle_solvers._interrupt import solving
+
+    elsewhere = threading.Event()  # a solve on a thread of nobody's pool
+    released = threading.Event()
+
+    def other_solve() -> None:
+        with solving(elsewhere.set):
+            released.wait(5.0)
+
+    other = threading.Thread(target=other_solve, daemon=True)
+    other.start()
+    try:
+        with SolverPool(2, "thread", timeout=0.3, chunksize=1) as pool:
+            ours = list(pool.start()._runner._executor._threads)  # type: ignore[attr-defined]
+            oracle = StoppableHang(STATES)
+            start = time.monotonic()
+            with pytest.raises(SolverTimeoutError):
+                pool.solve_batch(oracle, batch(2, flag_row=0))
+            assert oracle.stopped.wait(2.0) and time.monotonic() - start < 2.0
+            for t in ours:  # the stopped solve returned: the threads end (no solve left in the background)
+                t.join(2.0)
+                assert not t.is_alive()
+        assert not elsewhere.is_set()
+    finally:
+        released.set()
+        other.join(5.0)
+
+
 def test_thread_timeout_raises() -> None:
     with SolverPool(2, "thread", fallback=False, timeout=0.3, chunksize=1) as pool:
         start = time.monotonic()
@@ -303,6 +351,8 @@ print("ok")
 """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
 def test_keyboard_interrupt_during_a_call_stops_workers() -> None:
     # Run in a child interpreter: a SIGINT that lands outside the call must not stop the whole test run.
     import subprocess
@@ -452,13 +502,46 @@ def test_cuda_tensors_stay_on_device_and_topk_never_syncs() -> None:
         {"timeout": 0},
         {"chunksize": 0},
         {"start_method": "fork"},
+        {"backend": "thread", "start_method": "fork"},
+        {"start_method": "threads"},
         {"client": object()},
         {"dask_address": "tcp://x:1"},
+        {"backend": "thread", "client": object()},
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SolverPool(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "requirement"),
+    [
+        ("workers", 1.5, "a positive integer"),
+        ("timeout", -1.0, "a finite number > 0"),
+        ("chunksize", 0, "a positive integer"),
+        ("min_parallel_seconds", -0.1, "a finite number >= 0"),
+        ("min_speedup", 0.0, "a finite number > 0"),
+        ("retries", -1, "a non-negative integer"),
+        ("worker_threads", 0, "a positive integer"),
+        ("max_cached_oracles", 0, "a positive integer"),
+        ("fallback", "no", "one of None, True, False"),
+        ("backend", "mpi", "one of 'process', 'thread', 'serial', 'dask'"),
+    ],
+)
+def test_each_argument_check_names_the_argument(name: str, value: object, requirement: str) -> None:
+    with pytest.raises(ValueError) as info:
+        SolverPool(**{name: value, **({"backend": "thread"} if name != "backend" else {})})  # type: ignore[arg-type]
+    assert str(info.value) == f"{name} must be {requirement}, got {value!r}"
+
+
+def test_documented_defaults() -> None:
+    pool = SolverPool(backend="thread")
+    assert pool.workers == len(os.sched_getaffinity(0)) and pool.timeout is None and pool.chunksize is None
+    assert pool.min_parallel_seconds == 0.01 and pool.min_speedup == 1.1 and pool.fallback is None
+    assert pool.retries == 1 and pool.worker_threads == 1 and pool.max_cached_oracles == 16
+    assert pool.start_method == "forkserver"  # where the platform has it (Linux)
+    assert SolverPool().backend == "process"
 
 
 def test_repr_and_stats() -> None:
@@ -475,6 +558,7 @@ def test_repr_and_stats() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_pool_benchmark_quick_run_produces_rows() -> None:
     from imle_solvers.benchmarks import pool as bench
 
