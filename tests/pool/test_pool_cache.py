@@ -184,12 +184,29 @@ def test_a_non_finite_solver_state_is_an_error_and_never_cached() -> None:
     w = weights(6, 2)
     w[:, 0] = 0.0
     w[4, 0] = 2.0
-    with pytest.raises(InvalidSolutionError, match="NaN or inf") as info:
+    with pytest.raises(InvalidSolutionError, match="NaNOracle returned a state with NaN or inf") as info:
         cache.solve_batch(w)
     assert info.value.rows == (4,) and cache.size == 0  # nothing of that batch was kept
     w[4, 0] = 0.0
     cache.solve_batch(w)
     assert cache.size > 0 and np.isfinite(cache.states).all()
+
+
+def test_a_non_finite_solver_state_names_the_row_of_the_whole_batch() -> None:
+    cache = SolutionCache(NaNOracle(STATES), p=0.5, seed=0)
+    cache.add(STATES[:3])
+    w = weights(10, 4)
+    w[:, 0] = 0.0
+    w[8, 0] = 2.0
+    for _ in range(30):  # until row 8 is drawn for the solver, behind rows answered from the cache
+        try:
+            cache.solve_batch(w)
+        except InvalidSolutionError as err:
+            assert err.rows == (8,) and "returned a state" in str(err)
+            break
+    else:
+        pytest.fail("row 8 never reached the solver")
+    assert cache.size == 3 and np.isfinite(cache.states).all()
 
 
 def test_add_refuses_non_finite_states_and_wrong_shapes() -> None:

@@ -113,6 +113,19 @@ def test_lost_oracle_copy_gives_worker_crashed_then_is_sent_again(client: object
         assert pool.stats["oracles_shipped"] == shipped + 1
 
 
+def test_an_oracle_copy_lost_between_calls_is_scattered_again(client: object) -> None:
+    with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=0) as pool:
+        oracle = Enum(STATES)  # no resend: the lost copy is noticed before the call is sent
+        pool.solve_batch(oracle, batch(4))
+        future = pool._runner._futures[pool._entries[id(oracle)].token]  # type: ignore[attr-defined]
+        client.cancel([future], force=True)  # type: ignore[attr-defined]  # as if its workers had died
+        deadline = time.monotonic() + 5
+        while future.status == "finished" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        np.testing.assert_array_equal(pool.solve_batch(oracle, batch(4)), Enum(STATES).solve_batch(batch(4)))
+        assert pool.stats["oracles_shipped"] == 2
+
+
 def test_a_call_whose_oracle_copy_was_lost_is_sent_again(client: object) -> None:
     with SolverPool(backend="dask", client=client, fallback=False, chunksize=2, retries=1) as pool:
         oracle = Hang(STATES, seconds=0.6)

@@ -172,6 +172,7 @@ def test_min_speedup_is_the_threshold() -> None:
     assert decision.est_serial_s is not None and decision.est_parallel_s is not None
     speedup = decision.est_serial_s / decision.est_parallel_s
     assert plan(SLOW, min_speedup=speedup * 0.999)[0].mode == "parallel"
+    assert plan(SLOW, min_speedup=speedup)[0].mode == "parallel"  # reaching it is enough
     refused, _ = plan(SLOW, min_speedup=speedup * 1.001)
     assert refused.mode == "in-process" and "< min_speedup=" in refused.reason
 
