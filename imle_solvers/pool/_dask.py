@@ -83,8 +83,10 @@ class DaskRunner:
         self._client: Any = options.client
         self._distributed: Any = None
         self._futures: dict[int, Any] = {}  # token → the scattered oracle
-        self.scatters = 0  # oracles scattered
-        self.restarts = 0  # workers restarted after a time-out
+        self.scatters = 0
+        """Oracles scattered to the workers."""
+        self.restarts = 0
+        """Workers restarted after a time-out."""
         self._threads = options.workers or 2  # worker threads last seen on the cluster
 
     @property

@@ -140,9 +140,8 @@ class SolverPool:
     -----
     Each oracle is identified by object identity: mutate an oracle after handing it to a pool and the
     workers keep the old copy; call [`forget`][imle_solvers.pool.SolverPool.forget] after mutating it.
-    [`TorchOracle`][imle_solvers.TorchOracle]
-    instances are always solved in the caller (the layers never send them here: they solve on the
-    weights' device).
+    [`TorchOracle`][imle_solvers.TorchOracle] instances are always solved in the caller (the layers
+    never send them here: they solve on the weights' device).
 
     References
     ----------

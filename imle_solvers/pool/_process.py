@@ -85,8 +85,10 @@ class ProcessRunner:
         self.retries = options.retries
         self.workers: list[WorkerProcess] = []
         self._blobs: dict[int, bytes] = {}  # token → the pickled oracle
-        self.restarts = 0  # workers replaced after a crash or a time-out
-        self.shipments = 0  # oracle blobs sent to workers
+        self.restarts = 0
+        """Workers replaced after a crash or a time-out."""
+        self.shipments = 0
+        """Oracle blobs sent to workers."""
         self._call_id = 0
         self._ever_ready = False  # until one worker has started, start one at a time (a scout)
 
