@@ -371,7 +371,6 @@ class SolverPool:
         self._counts["rows"] += n
         runner, policy = self._runner, self._policy()
         workers = runner.n_workers()
-        out = np.empty(weights.shape, dtype=np.float64)  # z = MAP(w)   [N, m]
         where = route(
             runner.traits,
             policy,
@@ -381,14 +380,17 @@ class SolverPool:
             in_process_safe=bool(getattr(oracle, "in_process_safe", False)),
         )
         if where.where == "caller":  # nothing to plan: no timings kept
-            self._caller.solve(oracle, weights, 0, n, deadline, out)
-            decision = Decision(mode="in-process", reason=where.reason)
-            self._record(decision, rows=n, workers=workers, probe_rows=0, t0=t0)
-            return out
+            states, _ = self._caller.solve_rows(oracle, weights, 0, deadline)  # the answer itself: no copy
+            self._record(
+                Decision(mode="in-process", reason=where.reason), rows=n, workers=workers, probe_rows=0, t0=t0
+            )
+            return states
 
         known = self._known(oracle)
+        out: np.ndarray | None = None  # z = MAP(w)   [N, m], allocated once rows are placed in it
         done = 0
         if where.where == "either" and not known.timings.timed:  # time a new oracle on leading rows
+            out = np.empty(weights.shape, dtype=np.float64)
             done, row_s = self._caller.probe(oracle, weights, deadline, out)
             known.timings = after_probe(known.timings, row_s)
             self._counts["probe_rows"] += done
@@ -405,11 +407,16 @@ class SolverPool:
         )
         if decision.mode == "in-process":
             if done < n:
-                seconds = self._caller.solve(oracle, weights, done, n, deadline, out)
+                if out is None:  # the whole batch: the caller's states are the answer
+                    out, seconds = self._caller.solve_rows(oracle, weights, 0, deadline)
+                else:
+                    seconds = self._caller.solve(oracle, weights, done, n, deadline, out)
                 known.timings = after_caller(known.timings, seconds / (n - done))
         else:
             if deadline.expired():
                 raise SolverTimeoutError(f"pool call exceeded {deadline.describe()}", rows=range(done, n))
+            if out is None:
+                out = np.empty(weights.shape, dtype=np.float64)
             result = runner.run(known.token, oracle, weights, list(decision.bounds), deadline, out)
             known.timings = after_workers(
                 known.timings,
@@ -421,6 +428,7 @@ class SolverPool:
             self.overhead_s = next_overhead(
                 self.overhead_s, wall_s=result.wall_s, slowest_s=result.slowest_s, first_use=result.first_use
             )
+        assert out is not None  # every path above placed the rows
         self._record(decision, rows=n, workers=workers, probe_rows=done, t0=t0)
         return out
 

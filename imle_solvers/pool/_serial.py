@@ -73,18 +73,23 @@ class SerialRunner:
         return RunResult(solve_s=seconds, slowest_s=seconds, wall_s=time.perf_counter() - t0, first_use=False)
 
     @staticmethod
-    def solve(
-        oracle: MapOracle, weights: np.ndarray, a: int, b: int, deadline: Deadline, out: np.ndarray
-    ) -> float:
-        """Solve rows ``a:b`` into ``out[a:b]``; returns the solving seconds. Failures are re-raised as
-        the pool raises a worker's (with the global rows)."""
+    def solve_rows(
+        oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline
+    ) -> tuple[np.ndarray, float]:
+        """States of ``weights`` (global rows ``start …``) and the solving seconds. Failures are re-raised
+        as the pool raises a worker's (with the global rows)."""
         try:
-            out[a:b], seconds = solve_chunk(oracle, weights[a:b], a, "in-process", deadline)
+            return solve_chunk(oracle, weights, start, "in-process", deadline)
         except ChunkError as err:
             failed = err
-        else:
-            return seconds
         raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
+
+    def solve(
+        self, oracle: MapOracle, weights: np.ndarray, a: int, b: int, deadline: Deadline, out: np.ndarray
+    ) -> float:
+        """Solve rows ``a:b`` into ``out[a:b]``; returns the solving seconds."""
+        out[a:b], seconds = self.solve_rows(oracle, weights[a:b], a, deadline)
+        return seconds
 
     def probe(
         self, oracle: MapOracle, weights: np.ndarray, deadline: Deadline, out: np.ndarray
