@@ -10,11 +10,15 @@ interrupt callback reads, killing CBC's process. They are called, never by raisi
   then raises ``KeyboardInterrupt`` as the solve returns. Only when the SIGINT handler is Python's
   default one (a program with its own handler keeps its solves running) and no other wake-up
   descriptor (asyncio) is installed;
-* the program ends (a ``KeyboardInterrupt`` ended the main thread while pool threads still solve):
-  at interpreter shutdown, before thread pools join their threads, the helper stops every solve
-  (and keeps stopping new ones), so the interpreter can exit;
-* `stop_solves` is called (a pool that gives up
-  on its threads).
+* the program ends while other threads still solve (the main thread returned, raised, or was
+  interrupted by Ctrl-C while it joined a solving thread): at interpreter shutdown, before thread
+  pools join their threads, every solve is stopped, no new one may start on another thread, and the
+  shutdown waits (at most `EXIT_GRACE_S`) until every stopped solve has returned from C++. A thread
+  still inside C++ when the interpreter finalises is ended by the C runtime as it re-acquires the
+  GIL, which C++ code answers with ``std::terminate`` ("terminate called without an active
+  exception", exit status 134): the wait is what keeps a program that used solver threads from
+  aborting at exit;
+* `stop_solves` is called (a pool that gives up on its threads stops the solves on those threads).
 """
 
 from __future__ import annotations
@@ -25,35 +29,56 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Collection
 from typing import Any
+
+from .errors import ImleSolversError
 
 try:  # the C module: `signal`'s wrappers convert handlers to enums, about 10 µs a call
     import _signal as sig
 except ImportError:  # pragma: no cover - every CPython has it
     sig = signal  # type: ignore[no-redef]
 
-__all__ = ["default_sigint", "set_sigint", "solving", "stop_solves"]
+__all__ = ["EXIT_GRACE_S", "default_sigint", "set_sigint", "solving", "stop_solves"]
+
+EXIT_GRACE_S = 10.0
+"""Longest wait at interpreter shutdown for stopped solves to return from C++ (seconds)."""
 
 _lock = threading.Lock()
-_active: dict[int, Callable[[], None]] = {}  # token → stop
+_active: dict[int, tuple[int, Callable[[], None]]] = {}  # token → (thread ident, stop)
 _tokens = itertools.count()
 _watch: tuple[int, int, int] | None = None  # (read fd, write fd, pid) of the wake-up pipe
 _exiting = False  # set at interpreter shutdown
 _POLL_S = 0.2  # how often the helper checks that the main thread is alive
 
 
-def stop_solves() -> int:
-    """Stop every solve now in progress in this process (through each solver's own API).
+def stop_solves(threads: Collection[int] | None = None) -> int:
+    """Stop the solves now in progress in this process (through each solver's own API).
 
-    Returns how many were stopped. The interrupted calls raise (``KeyboardInterrupt`` on the main
-    thread after Ctrl-C, a typed error otherwise) instead of returning a state.
+    Parameters
+    ----------
+    threads
+        Only the solves running on these threads (``threading.get_ident()`` values); every solve
+        when ``None``.
+
+    Returns
+    -------
+    int
+        How many were stopped. The interrupted calls raise (``KeyboardInterrupt`` on the main
+        thread after Ctrl-C, a typed error otherwise) instead of returning a state.
     """
-    stops = list(_active.values())  # a copy under the GIL
+    stops = [stop for ident, stop in list(_active.values()) if threads is None or ident in threads]
     for stop in stops:
         with contextlib.suppress(Exception):
             stop()
     return len(stops)
+
+
+def _others_solving() -> bool:
+    """Whether a thread other than this one is inside a registered solve."""
+    me = threading.get_ident()
+    return any(ident != me for ident, _ in list(_active.values()))
 
 
 def default_sigint() -> bool:
@@ -69,11 +94,21 @@ def set_sigint(handler: Any) -> None:
     sig.signal(signal.SIGINT, handler)
 
 
-def _exit_hook() -> None:
-    """Runs at interpreter shutdown before thread pools join their threads (`threading._register_atexit`)."""
+def _exit_hook(grace: float = EXIT_GRACE_S) -> None:
+    """Runs at interpreter shutdown before thread pools join their threads (`threading._register_atexit`).
+
+    Stops every solve and waits until the other threads have returned from them: a thread still in
+    C++ when the interpreter finalises aborts the process (see the module docstring). New solves on
+    other threads are refused from here on (`solving` raises).
+    """
     global _exiting
     _exiting = True
-    stop_solves()
+    end = time.monotonic() + grace
+    while True:
+        stop_solves()
+        if not _others_solving() or time.monotonic() >= end:
+            return
+        time.sleep(0.005)
 
 
 def _watcher(read_fd: int) -> None:
@@ -115,6 +150,12 @@ class solving:  # used as a function: ``with solving(stop):``
     On the main thread with Python's default SIGINT handler, the wake-up descriptor is pointed at the
     helper's pipe for the duration (and restored after). A class, not a generator-based context
     manager: it runs around every solve (a few µs).
+
+    Raises
+    ------
+    ImleSolversError
+        On a thread other than the main one once the interpreter is shutting down: a solve started
+        then could still be in C++ when the interpreter finalises.
     """
 
     __slots__ = ("armed", "stop", "token")
@@ -127,12 +168,17 @@ class solving:  # used as a function: ``with solving(stop):``
     def __enter__(self) -> None:
         watch = _watch
         write_fd = watch[1] if watch is not None and watch[2] == os.getpid() else _pipe()
+        # register first, then look at the flag: the exit hook sets the flag first, then waits for
+        # the registered solves, so a solve is either seen by the hook or refused here
+        _active[self.token] = (threading.get_ident(), self.stop)  # one dict store: atomic under the GIL
+        if _exiting and threading.current_thread() is not threading.main_thread():
+            _active.pop(self.token, None)
+            raise ImleSolversError("the interpreter is shutting down: no new solve starts on this thread")
         if default_sigint():
             previous = sig.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
             self.armed = previous == -1 or previous == write_fd
             if not self.armed:  # someone else (asyncio) listens there: leave it to them
                 sig.set_wakeup_fd(previous)
-        _active[self.token] = self.stop  # one dict store: atomic under the GIL
 
     def __exit__(self, *exc: object) -> None:
         _active.pop(self.token, None)

@@ -1,28 +1,60 @@
 """The cost model of [`SolverPool`][imle_solvers.pool.SolverPool]: in the caller or on the workers, in
 which chunks.
 
-Pure functions of measured timings (no processes, no clocks), so that every decision can be tested
-directly: `decide` compares the predicted in-process time ``rows · t_serial`` with the parallel time,
-`chunk_bounds` cuts the rows into chunks.
+Pure functions of frozen records (no processes, futures or clocks), so that every decision can be
+tested directly:
+
+* `route` says where a call's rows may go at all, from the runner's declared `RunnerTraits`, the
+  pool's `Policy` and two facts about the oracle;
+* `decide` compares the predicted in-process time ``rows · t_serial`` with the parallel time and cuts
+  the rows into chunks (`chunk_bounds`);
+* `after_probe`, `after_caller`, `after_workers` and `next_overhead` fold a measurement into the
+  records the next decision reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
+from typing import Literal
 
-__all__ = ["Decision", "Entry", "PoolPlan", "choose", "chunk_bounds", "decide", "ema"]
+from ._runner import RunnerTraits
 
-# A-priori fixed cost of one parallel call (dispatch, wake-up, gather), refined by measurement.
-DEFAULT_OVERHEAD_S = {"process": 1.5e-3, "thread": 2e-4, "dask": 2e-2}
-PIPE_BYTES_PER_S = 1e9  # process/dask: weights out + states back, per byte
-TARGET_CHUNK_S = 2e-2  # a chunk should carry at least this much solving (amortises round trips)
-REMEASURE_EVERY = 32  # after this many calls on one path, take the other once to refresh its timing
-REMEASURE_FIRST = 3  # ... and early, once: first estimates (small probe blocks, cold caches) are rough
-REMEASURE_CLOSE = 8  # ... and more often while the two paths are within 1.5× of each other
-EMA = 0.3  # weight of a new measurement in the running estimates
+__all__ = [
+    "Decision",
+    "Policy",
+    "PoolPlan",
+    "Route",
+    "Timings",
+    "after_caller",
+    "after_probe",
+    "after_workers",
+    "chunk_bounds",
+    "decide",
+    "ema",
+    "next_overhead",
+    "route",
+]
+
+PIPE_BYTES_PER_S = 1e9
+"""Transfer rate of weights out and states back (process and Dask backends), bytes per second."""
+
+TARGET_CHUNK_S = 2e-2
+"""Solving seconds a chunk should carry at least (amortises round trips)."""
+
+REMEASURE_EVERY = 32
+"""After this many calls on one path, the other is taken once to refresh its timing."""
+
+REMEASURE_FIRST = 3
+"""... and early, once: first estimates (small probe blocks, cold caches) are rough."""
+
+REMEASURE_CLOSE = 8
+"""... and more often while the two paths are predicted within 1.5× of each other."""
+
+EMA = 0.3
+"""Weight of a new measurement in the running estimates."""
+
+Mode = Literal["in-process", "parallel"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,30 +106,68 @@ class PoolPlan:
     wall_s: float
 
 
-@dataclasses.dataclass(eq=False)
-class Entry:
-    """What a pool knows about one oracle: its token, pickled form, Dask future and timings."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Policy:
+    """The pool's options that the decisions read (taken from the pool at each call)."""
 
-    token: int
-    ref: Callable[[], Any]
-    name: str
-    blob: bytes | None = None
-    dask_future: Any = None
-    serial_row_s: float | None = None  # in-process seconds per row (EMA)
-    worker_row_s: float | None = None  # seconds per row inside a worker (EMA)
-    parallel_row_s: float | None = None  # wall seconds per row of whole parallel calls (EMA)
-    streak: int = 0  # consecutive calls the cost model sent down the same path
+    timeout: float | None = None
+    """Seconds allowed per call: rows then go only where a time-out can stop them."""
+    fallback: bool | None = None
+    """Whether the caller may solve rows: ``None`` lets the runner's isolation and the oracle decide."""
+    min_parallel_seconds: float = 0.01
+    """Predicted in-process time below which the caller solves the rows."""
+    min_speedup: float = 1.1
+    """Predicted speed-up the parallel path must reach."""
+    chunksize: int | None = None
+    """Rows per chunk (``None``: sized from the timings)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timings:
+    """What the pool measured about one oracle, and where its re-measuring streak stands."""
+
+    serial_row_s: float | None = None
+    """In-process seconds per row (running average)."""
+    worker_row_s: float | None = None
+    """Seconds per row inside a worker (running average)."""
+    parallel_row_s: float | None = None
+    """Wall seconds per row of whole parallel calls (running average)."""
+    streak: int = 0
+    """Consecutive calls the cost model sent down the same path."""
     last_mode: str = ""
-    remeasures: int = 0  # times the other path was taken to refresh its timing
-    serial_probed: bool = False  # serial_row_s still comes from the probe only
+    """The path of the last decision."""
+    remeasures: int = 0
+    """Times the other path was taken to refresh its timing."""
+    serial_probed: bool = False
+    """``serial_row_s`` still comes from the probe only."""
+
+    @property
+    def timed(self) -> bool:
+        """Whether any per-row time is known."""
+        return self.serial_row_s is not None or self.worker_row_s is not None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route:
+    """Where a call's rows may go: only the ``"caller"``, only the ``"workers"``, or ``"either"``
+    (the cost model chooses), and why."""
+
+    where: Literal["caller", "workers", "either"]
+    reason: str = ""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Decision:
-    """The cost model's answer: ``mode`` (``"in-process"`` or ``"parallel"``), why, and its predictions."""
+    """The cost model's answer for the rows left after the probe.
 
-    mode: str
+    ``mode`` is ``"in-process"`` or ``"parallel"``; ``bounds`` the ``(a, b)`` row ranges of the chunks
+    (global rows; empty when in-process); ``est_row_s`` the per-row worker time the plan used.
+    """
+
+    mode: Mode
     reason: str
+    bounds: tuple[tuple[int, int], ...] = ()
+    est_row_s: float | None = None
     est_serial_s: float | None = None
     est_parallel_s: float | None = None
 
@@ -120,109 +190,161 @@ def chunk_bounds(
     else:
         total = rows * (row_s if row_s is not None else TARGET_CHUNK_S)
         count = min(rows, max(workers, min(4 * workers, math.ceil(total / TARGET_CHUNK_S))))
-        size = math.ceil(rows / max(count, 1))
+        size = max(1, math.ceil(rows / max(count, 1)))
     return [(offset + a, offset + min(a + size, rows)) for a in range(0, rows, size)]
 
 
-def decide(
-    entry: Entry,
+def route(
+    traits: RunnerTraits,
+    policy: Policy,
     *,
-    backend: str,
     rows: int,
+    oracle_name: str,
+    device_native: bool,
+    in_process_safe: bool,
+) -> Route:
+    """Where the rows of a call may be solved.
+
+    In the caller only: an empty batch, a device-native oracle (a ``TorchOracle``), a runner that
+    solves in the caller anyway. On the workers only: with a ``timeout`` (a solve running in the
+    caller cannot be stopped), with ``fallback=False``, and for an oracle that is not
+    ``in_process_safe`` on an isolating runner (unless ``fallback=True``). Anywhere else the cost
+    model chooses.
+    """
+    if rows == 0:
+        return Route(where="caller", reason="empty batch")
+    if device_native:
+        return Route(
+            where="caller", reason="TorchOracle: solved in the caller (layers keep it on its device)"
+        )
+    if traits.in_caller:
+        return Route(where="caller", reason=f"backend={traits.name!r}")
+    if policy.timeout is not None:
+        return Route(
+            where="workers",
+            reason=f"timeout={policy.timeout} s: rows are solved where a time-out can stop them",
+        )
+    if policy.fallback is not None:
+        return Route(where="either") if policy.fallback else Route(where="workers", reason="fallback=False")
+    if not traits.isolated or in_process_safe:
+        return Route(where="either")
+    return Route(
+        where="workers",
+        reason=(
+            f"backend={traits.name!r} keeps {oracle_name} out of the caller "
+            "(in_process_safe=False; fallback=True allows it)"
+        ),
+    )
+
+
+def decide(
+    timings: Timings,
+    plan: Route,
+    traits: RunnerTraits,
+    policy: Policy,
+    *,
+    rows: int,
+    offset: int,
     row_bytes: int,
-    serial_row: float,
-    row_s: float,
     workers: int,
     overhead_s: float,
-    min_parallel_seconds: float,
-    min_speedup: float,
-    chunksize: int | None,
-) -> Decision:
-    """In-process ``rows · t_serial`` against the parallel time; updates ``entry``'s re-measuring streak.
+) -> tuple[Decision, Timings]:
+    """The decision for the ``rows`` rows (global rows ``offset …``) a call has left after the probe.
 
-    The parallel time is the measured wall time per row of earlier parallel calls when there are
-    any, else ``overhead + transfer + rows · t_worker / W``. After a long run on one path the other
-    is taken once, to refresh its timing (loads and caches change).
+    Returns the decision and the timings with the re-measuring streak advanced. The parallel time is
+    the measured wall time per row of earlier parallel calls when there are any, else
+    ``overhead + transfer + rows · t_worker / min(W, chunks)``; ``t_serial`` is the lower of the
+    caller's and the workers' time per row (same code, one thread each: taking the lower one errs
+    towards staying in-process). After a long run on one path the other is taken once, to refresh
+    its timing (loads and caches change).
     """
-    est_serial = rows * serial_row  # predicted in-process seconds
-    n_chunks = len(chunk_bounds(rows, row_s, workers, 0, chunksize))
-    transfer = 0.0 if backend == "thread" else 2 * rows * row_bytes / PIPE_BYTES_PER_S
-    est_parallel = overhead_s + transfer + rows * row_s / min(workers, n_chunks)
-    if entry.parallel_row_s is not None:  # measured beats modelled: whole parallel calls, wall time
-        est_parallel = rows * entry.parallel_row_s
-    if workers < 2 and backend != "dask":
+    timed = [t for t in (timings.serial_row_s, timings.worker_row_s) if t is not None]
+    serial_row = min(timed) if timed else None
+    row_s = timings.worker_row_s if timings.worker_row_s is not None else serial_row
+
+    def parallel(reason: str, est_serial: float | None = None, est_parallel: float | None = None) -> Decision:
         return Decision(
-            mode="in-process",
-            reason="one worker cannot beat the caller",
+            mode="parallel",
+            reason=reason,
+            bounds=tuple(chunk_bounds(rows, row_s, workers, offset, policy.chunksize)),
+            est_row_s=row_s,
             est_serial_s=est_serial,
             est_parallel_s=est_parallel,
         )
-    if est_serial < min_parallel_seconds:
-        reason = (
-            f"predicted {est_serial * 1e3:.2f} ms < min_parallel_seconds={min_parallel_seconds * 1e3:.1f} ms"
-        )
+
+    if rows == 0:
+        return Decision(mode="in-process", reason="all rows solved while timing", est_row_s=row_s), timings
+    if plan.where == "workers":
+        return parallel(plan.reason), timings
+    if plan.where == "caller":
+        return Decision(mode="in-process", reason=plan.reason, est_row_s=row_s), timings
+    if row_s is None or serial_row is None:
+        return parallel("not timed yet"), timings
+
+    est_serial = rows * serial_row  # predicted in-process seconds
+    n_chunks = len(chunk_bounds(rows, row_s, workers, 0, policy.chunksize))
+    transfer = 2 * rows * row_bytes / PIPE_BYTES_PER_S if traits.transfers else 0.0
+    est_parallel = overhead_s + transfer + rows * row_s / min(workers, n_chunks)
+    if timings.parallel_row_s is not None:  # measured beats modelled: whole parallel calls, wall time
+        est_parallel = rows * timings.parallel_row_s
+
+    def in_process(reason: str) -> Decision:
         return Decision(
-            mode="in-process", reason=reason, est_serial_s=est_serial, est_parallel_s=est_parallel
+            mode="in-process",
+            reason=reason,
+            est_row_s=row_s,
+            est_serial_s=est_serial,
+            est_parallel_s=est_parallel,
         )
+
+    if workers < 2 and traits.local:
+        return in_process("one worker cannot beat the caller"), timings
+    if est_serial < policy.min_parallel_seconds:
+        return in_process(
+            f"predicted {est_serial * 1e3:.2f} ms < "
+            f"min_parallel_seconds={policy.min_parallel_seconds * 1e3:.1f} ms"
+        ), timings
     speedup = est_serial / est_parallel
-    if speedup >= min_speedup:
+    mode: Mode
+    if speedup >= policy.min_speedup:
         mode, reason = "parallel", f"predicted speed-up {speedup:.2f}×"
     else:
-        mode, reason = "in-process", f"predicted speed-up {speedup:.2f}× < min_speedup={min_speedup}"
-    entry.streak = entry.streak + 1 if mode == entry.last_mode else 1
-    entry.last_mode = mode
+        mode, reason = "in-process", f"predicted speed-up {speedup:.2f}× < min_speedup={policy.min_speedup}"
+    streak = timings.streak + 1 if mode == timings.last_mode else 1
+    timings = dataclasses.replace(timings, streak=streak, last_mode=mode)
     close = 1 / 1.5 < speedup < 1.5  # a wrong choice costs little but should not last
-    every = REMEASURE_FIRST if entry.remeasures == 0 else REMEASURE_CLOSE if close else REMEASURE_EVERY
-    if entry.streak >= every:
-        entry.streak = 0
-        entry.remeasures += 1
+    every = REMEASURE_FIRST if timings.remeasures == 0 else REMEASURE_CLOSE if close else REMEASURE_EVERY
+    if streak >= every:
+        timings = dataclasses.replace(timings, streak=0, remeasures=timings.remeasures + 1)
         mode = "in-process" if mode == "parallel" else "parallel"
         reason = f"re-measuring the {mode} path ({reason})"
-    return Decision(mode=mode, reason=reason, est_serial_s=est_serial, est_parallel_s=est_parallel)
+    if mode == "parallel":
+        return parallel(reason, est_serial, est_parallel), timings
+    return in_process(reason), timings
 
 
-def choose(
-    entry: Entry,
-    *,
-    rows: int,
-    in_caller: bool,
-    why_not: str,
-    backend: str,
-    row_bytes: int,
-    workers: int,
-    overhead_s: float,
-    min_parallel_seconds: float,
-    min_speedup: float,
-    chunksize: int | None,
-) -> tuple[Decision, float | None]:
-    """The decision for the ``rows`` rows a call has left after the probe, and the per-row worker time
-    it used (``None`` when not timed).
+def after_probe(timings: Timings, row_s: float) -> Timings:
+    """The probe's per-row time becomes the first in-process estimate."""
+    return dataclasses.replace(timings, serial_row_s=row_s, serial_probed=True)
 
-    ``in_caller``: whether the caller may solve this oracle at all (``why_not`` when not); if it may,
-    `decide` compares the two paths.
-    """
-    timed = [t for t in (entry.serial_row_s, entry.worker_row_s) if t is not None]
-    # in-process per-row time: the lower of the caller's and the workers' (same code, one thread
-    # each); taking the lower one errs towards staying in-process
-    serial_row = min(timed) if timed else None
-    row_s = entry.worker_row_s if entry.worker_row_s is not None else serial_row
-    if rows == 0:
-        return Decision(mode="in-process", reason="all rows solved while timing"), row_s
-    if not in_caller:
-        return Decision(mode="parallel", reason=why_not), row_s
-    if row_s is None or serial_row is None:  # pragma: no cover - the probe timed it
-        return Decision(mode="parallel", reason="not timed yet"), row_s
-    decision = decide(
-        entry,
-        backend=backend,
-        rows=rows,
-        row_bytes=row_bytes,
-        serial_row=serial_row,
-        row_s=row_s,
-        workers=workers,
-        overhead_s=overhead_s,
-        min_parallel_seconds=min_parallel_seconds,
-        min_speedup=min_speedup,
-        chunksize=chunksize,
-    )
-    return decision, row_s
+
+def after_caller(timings: Timings, row_s: float) -> Timings:
+    """A whole in-process call's per-row time: it replaces the probe's estimate (a better measurement
+    than the probe's small blocks), later ones are averaged in."""
+    serial = row_s if timings.serial_probed else ema(timings.serial_row_s, row_s)
+    return dataclasses.replace(timings, serial_row_s=serial, serial_probed=False)
+
+
+def after_workers(timings: Timings, *, rows: int, solve_s: float, wall_s: float, first_use: bool) -> Timings:
+    """A parallel call of ``rows`` rows: the workers' per-row solve time, and (unless the call shipped
+    the oracle, a one-off cost) its wall time per row."""
+    worker = ema(timings.worker_row_s, solve_s / max(rows, 1))
+    serial = timings.serial_row_s if timings.serial_row_s is not None else worker
+    parallel = timings.parallel_row_s if first_use else ema(timings.parallel_row_s, wall_s / max(rows, 1))
+    return dataclasses.replace(timings, worker_row_s=worker, serial_row_s=serial, parallel_row_s=parallel)
+
+
+def next_overhead(overhead_s: float, *, wall_s: float, slowest_s: float, first_use: bool) -> float:
+    """The pool's fixed cost per call: wall time not explained by the busiest worker's solving (a call
+    that shipped the oracle is not representative and leaves it as it was)."""
+    return overhead_s if first_use else ema(overhead_s, max(0.0, wall_s - slowest_s))

@@ -1,12 +1,14 @@
-"""`SolverPool`: over 400 lines as one class, a quarter of them its user documentation (docstrings).
+"""`SolverPool`: its options, its lifecycle and one solving call.
 
-Its options, its lifecycle and one solving call. The backends live beside this module (`_thread.py`,
-`_process.py`, `_dask.py`, one ``Runner`` interface in `_runner.py`), solving in the caller in
-`_serial.py`, the cost model in `_plan.py`.
+A call's rows take one path: validated here, routed by the cost model (`_plan.py`, pure), timed by a
+probe in the caller when the oracle is new, then solved by the caller's runner or the backend's
+runner (`_serial.py`, `_thread.py`, `_process.py`, `_dask.py`, one ``Runner`` interface in
+`_runner.py`, picked by name in `_backends.py`) straight into the one output array.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import threading
@@ -14,22 +16,30 @@ import time
 import weakref
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from .._checks import one_of, positive, positive_int
-from ..errors import ImleSolversError, InvalidWeightsError, SolverTimeoutError
+from .._checks import non_negative, non_negative_int, one_of, positive, positive_int
+from ..errors import InvalidWeightsError, SolverTimeoutError
 from ..oracle import MapOracle, TorchOracle, check_oracle
-from ._cache import SolutionCache
-from ._plan import DEFAULT_OVERHEAD_S, Decision, Entry, PoolPlan, choose, chunk_bounds, ema
-from ._runner import Deadline, Runner, make_runner
-from ._serial import may_solve_in_caller, probe, solve_in_caller
+from ._backends import BACKENDS, Backend, make_runner
+from ._plan import (
+    Decision,
+    Policy,
+    PoolPlan,
+    Timings,
+    after_caller,
+    after_probe,
+    after_workers,
+    decide,
+    next_overhead,
+    route,
+)
+from ._runner import Deadline, Runner, RunnerOptions
+from ._serial import SerialRunner
 
 __all__ = ["SolverPool"]
-
-Backend = Literal["process", "thread", "serial", "dask"]
-_BACKENDS = ("process", "thread", "serial", "dask")
 
 
 def _default_workers() -> int:
@@ -39,11 +49,31 @@ def _default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _close_runner(holder: list[Runner | None]) -> None:
+def _close_runner(runner: Runner) -> None:
     """Finalizer: stop the runner the pool holds (the pool itself may be gone)."""
-    runner = holder[0]
+    runner.close()
+
+
+def _forget_token(
+    runner_ref: Callable[[], Runner | None], entries: dict[int, _Known], key: int, token: int
+) -> None:
+    """Weak-reference callback of a collected oracle: drop what the pool and its runner kept for it."""
+    known = entries.get(key)
+    if known is not None and known.token == token:
+        del entries[key]
+    runner = runner_ref()
     if runner is not None:
-        runner.close()
+        runner.forget(token)
+
+
+@dataclasses.dataclass(eq=False)
+class _Known:
+    """An oracle the pool has seen: its token (the runners' key), a reference to it, its timings."""
+
+    token: int
+    ref: Callable[[], MapOracle | None]
+    name: str
+    timings: Timings
 
 
 class SolverPool:
@@ -65,9 +95,10 @@ class SolverPool:
         Seconds allowed for one [`solve_batch`][imle_solvers.pool.SolverPool.solve_batch] call (``None``: no
         limit); past it [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] is raised. With a
         timeout, the process, thread and Dask backends never solve rows in the caller (where a running
-        solve cannot be stopped): busy worker processes are killed and replaced, a thread or Dask task
-        that is already solving is abandoned (it finishes in the background). The serial backend checks
-        the limit between rows.
+        solve cannot be stopped): busy worker processes are killed and replaced; on threads, CP-SAT,
+        HiGHS and CBC solves are stopped through their own APIs and any other running solve is
+        abandoned (it finishes in the background); Dask workers still running the call's tasks are
+        restarted. The serial backend checks the limit between rows.
     chunksize
         Rows per chunk; default: sized from the measured solve time, one to four chunks per worker of
         at least ~20 ms of solving each.
@@ -109,9 +140,8 @@ class SolverPool:
     -----
     Each oracle is identified by object identity: mutate an oracle after handing it to a pool and the
     workers keep the old copy; call [`forget`][imle_solvers.pool.SolverPool.forget] after mutating it.
-    [`TorchOracle`][imle_solvers.TorchOracle]
-    instances are always solved in the caller (the layers never send them here: they solve on the
-    weights' device).
+    [`TorchOracle`][imle_solvers.TorchOracle] instances are always solved in the caller (the layers
+    never send them here: they solve on the weights' device).
 
     References
     ----------
@@ -151,51 +181,62 @@ class SolverPool:
         dask_address: str | None = None,
         client: Any = None,
     ) -> None:
-        one_of("backend", backend, _BACKENDS)
+        one_of("backend", backend, tuple(BACKENDS))
         if workers is not None:
             positive_int("workers", workers)
         if timeout is not None:
             positive("timeout", timeout)
         if chunksize is not None:
             positive_int("chunksize", chunksize)
+        if fallback is not None:
+            one_of("fallback", fallback, (None, True, False))
         if start_method is None:
             methods = multiprocessing.get_all_start_methods()
             start_method = "forkserver" if "forkserver" in methods else "spawn"
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
         one_of("start_method", start_method, ("spawn", "forkserver"))
-        if (dask_address is not None or client is not None) and backend != "dask":
-            raise ValueError("dask_address / client only apply to backend='dask'")
-        if backend == "process" and multiprocessing.current_process().daemon:
-            raise ImleSolversError(
-                f"backend='process' cannot start worker processes inside the daemonic process "
-                f"{multiprocessing.current_process().name!r} (a pool worker, a DataLoader worker…: "
-                "daemonic processes may not have children); use SolverPool(backend='thread') or "
-                "backend='serial' there"
-            )
         self.backend: str = backend
+        """The backend's name."""
         self.workers = int(workers) if workers is not None else _default_workers()
+        """Workers requested (a Dask cluster reports its own count)."""
         self.timeout = timeout
+        """Seconds allowed per call (``None``: no limit)."""
         self.chunksize = chunksize
-        self.min_parallel_seconds = float(min_parallel_seconds)
+        """Rows per chunk (``None``: sized from the timings)."""
+        self.min_parallel_seconds = non_negative("min_parallel_seconds", min_parallel_seconds)
+        """Predicted in-process time below which the caller solves a batch."""
         self.fallback = None if fallback is None else bool(fallback)
-        self.min_speedup = float(min_speedup)
-        self.retries = int(retries)
+        """Whether the caller may solve rows (``None``: as the backend's isolation and the oracle say)."""
+        self.min_speedup = positive("min_speedup", min_speedup)
+        """Predicted speed-up the parallel path must reach."""
+        self.retries = non_negative_int("retries", retries)
         self.start_method = start_method
-        self.worker_threads = int(worker_threads)
-        self.max_cached_oracles = int(max_cached_oracles)
+        self.worker_threads = positive_int("worker_threads", worker_threads)
+        self.max_cached_oracles = positive_int("max_cached_oracles", max_cached_oracles)
         self.dask_address = dask_address
-        self._client = client
         self.last_plan: PoolPlan | None = None
-        self.overhead_s: float = DEFAULT_OVERHEAD_S.get(backend, 0.0)
-        self._entries: dict[int, Entry] = {}
+        """How the last call ran and why."""
+        options = RunnerOptions(
+            workers=self.workers,
+            start_method=start_method,
+            worker_threads=self.worker_threads,
+            max_cached_oracles=self.max_cached_oracles,
+            retries=self.retries,
+            client=client,
+            dask_address=dask_address,
+        )
+        self._runner: Runner = make_runner(backend, options)  # checks its options; starts nothing yet
+        self._caller = SerialRunner()  # where rows are solved when they stay in the caller
+        self.overhead_s: float = self._runner.traits.overhead_s
+        """Measured fixed cost of one parallel call (running average), seconds."""
+        self._entries: dict[int, _Known] = {}
         self._next_token = 0
         self._lock = threading.RLock()  # one call at a time (workers hold one chunk each)
         self._closed = False
         self._counts = {"calls": 0, "rows": 0, "parallel_calls": 0, "in_process_calls": 0, "probe_rows": 0}
-        self._holder: list[Runner | None] = [None]  # the runner, created on first use
         # garbage-collected or never-closed pools still stop their workers (also at interpreter exit)
-        self._finalizer = weakref.finalize(self, _close_runner, self._holder)
+        self._finalizer = weakref.finalize(self, _close_runner, self._runner)
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> SolverPool:
@@ -219,26 +260,21 @@ class SolverPool:
     def start(self) -> SolverPool:
         """Start the workers now and wait until they are ready (otherwise: on the first parallel call)."""
         self._check_open()
-        if self.backend != "serial":
-            self._runner().start()
+        self._runner.start()
         return self
 
     def worker_pids(self) -> list[int]:
         """Pids of the live worker processes (process backend; empty otherwise)."""
-        runner = self._holder[0]
-        return runner.pids() if runner is not None else []
+        return self._runner.pids()
 
     def forget(self, oracle: MapOracle) -> None:
         """Drop what the pool cached about ``oracle`` (call after mutating it): timings, pickle, futures."""
-        entry = self._entries.pop(id(oracle), None)
-        runner = self._holder[0]
-        if entry is not None and runner is not None:
-            runner.forget(entry)
+        known = self._entries.pop(id(oracle), None)
+        if known is not None:
+            self._runner.forget(known.token)
 
     def __repr__(self) -> str:
-        runner = self._holder[0]
-        running = runner is not None and runner.active()
-        state = "closed" if self._closed else "running" if running else "idle"
+        state = "closed" if self._closed else "running" if self._runner.active() else "idle"
         extra = f", timeout={self.timeout}" if self.timeout is not None else ""
         return (
             f"SolverPool(backend={self.backend!r}, workers={self.workers}{extra}, {state}, "
@@ -248,20 +284,18 @@ class SolverPool:
     @property
     def stats(self) -> dict[str, Any]:
         """Counters and the cost model's current estimates (see ``docs/parallel.md``)."""
-        runner = self._holder[0]
-        counters = runner.counters() if runner is not None else {"worker_restarts": 0, "oracles_shipped": 0}
         return {
             **self._counts,
-            **counters,
+            **self._runner.counters(),
             "overhead_s": self.overhead_s,
             "oracles": [
                 {
-                    "oracle": e.name,
-                    "serial_row_s": e.serial_row_s,
-                    "worker_row_s": e.worker_row_s,
-                    "parallel_row_s": e.parallel_row_s,
+                    "oracle": k.name,
+                    "serial_row_s": k.timings.serial_row_s,
+                    "worker_row_s": k.timings.worker_row_s,
+                    "parallel_row_s": k.timings.parallel_row_s,
                 }
-                for e in self._entries.values()
+                for k in self._entries.values()
             ],
         }
 
@@ -269,47 +303,35 @@ class SolverPool:
         if self._closed:
             raise RuntimeError("this SolverPool is closed; create a new one")
 
-    def _runner(self) -> Runner:
-        """The backend's runner (created on first use; it starts its workers lazily)."""
-        runner = self._holder[0]
-        if runner is None:
-            runner = make_runner(
-                self.backend,
-                self.workers,
-                start_method=self.start_method,
-                worker_threads=self.worker_threads,
-                max_cached_oracles=self.max_cached_oracles,
-                retries=self.retries,
-                client=self._client,
-                dask_address=self.dask_address,
-            )
-            self._holder[0] = runner
-        return runner
-
-    def _n_workers(self) -> int:
-        runner = self._holder[0]
-        if self.backend == "dask" and runner is not None:
-            return runner.n_workers()
-        return self.workers
+    def _policy(self) -> Policy:
+        return Policy(
+            timeout=self.timeout,
+            fallback=self.fallback,
+            min_parallel_seconds=self.min_parallel_seconds,
+            min_speedup=self.min_speedup,
+            chunksize=self.chunksize,
+        )
 
     # ------------------------------------------------------------------ oracles
-    def _entry(self, oracle: MapOracle) -> Entry:
-        entry = self._entries.get(id(oracle))
-        if entry is not None and entry.ref() is oracle:
-            return entry
-        key, entries = id(oracle), self._entries  # the callback must not hold the pool alive
+    def _known(self, oracle: MapOracle) -> _Known:
+        """The pool's record of ``oracle``, created (and the oracle handed to the runner) on first sight."""
+        key = id(oracle)
+        known = self._entries.get(key)
+        if known is not None and known.ref() is oracle:
+            return known
+        self._next_token += 1
+        token = self._next_token
+        # the callback must not hold the pool alive: it reaches the runner through a weak reference
+        callback = (lambda r, e, k, t: lambda _ref: _forget_token(r, e, k, t))(
+            weakref.ref(self._runner), self._entries, key, token
+        )
         try:
-            ref: Callable[[], MapOracle | None] = weakref.ref(
-                oracle,
-                lambda _r, entries=entries, key=key: entries.pop(key, None),  # type: ignore[misc]
-            )
+            ref: Callable[[], MapOracle | None] = weakref.ref(oracle, callback)
         except TypeError:  # not weak-referenceable: keep it alive while the pool knows it
             ref = (lambda o: lambda: o)(oracle)
-        self._next_token += 1
-        entry = Entry(self._next_token, ref, type(oracle).__name__)
-        self._runner().prepare(entry, oracle)  # the process backend pickles here: failure is immediate
-        self._entries[key] = entry
-        return entry
+        self._runner.prepare(token, oracle)  # the process backend pickles here: failure is immediate
+        known = self._entries[key] = _Known(token, ref, type(oracle).__name__, Timings())
+        return known
 
     # ------------------------------------------------------------------ solving
     def solve_batch(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
@@ -325,16 +347,15 @@ class SolverPool:
             Re-raised from the row that failed, with ``.rows`` the global batch row(s); other exceptions
             keep their type and get ``.rows``, a note, and (from a worker) the worker's traceback.
         WorkerCrashedError
-            A worker died on the same rows twice (after ``retries``); the pool has replaced it.
+            A worker died on the same rows twice (after ``retries``); the pool has replaced it. On the
+            Dask backend also: the scheduler cannot be reached.
         SolverTimeoutError
             The call exceeded ``timeout``.
         TypeError
-            The process backend was given an oracle that cannot be pickled.
+            The process or Dask backend was given an oracle that cannot be pickled.
         """
         self._check_open()
         check_oracle(oracle)
-        if isinstance(oracle, SolutionCache):  # answers cached rows itself, sends the rest back here
-            return oracle.solve_batch(weights, pool=self)
         weights = oracle.validate(weights)
         if weights.ndim != 2:
             raise InvalidWeightsError(f"a pool solves (N, m) batches, got shape {weights.shape}")
@@ -342,106 +363,90 @@ class SolverPool:
             return self._solve(oracle, weights)
 
     def _solve(self, oracle: MapOracle, weights: np.ndarray) -> np.ndarray:
+        """One call: route, probe a new oracle in the caller, decide, solve into ``out``, record."""
         n = weights.shape[0]
         t0 = time.perf_counter()
         deadline = Deadline.start(self.timeout)
         self._counts["calls"] += 1
         self._counts["rows"] += n
-        workers = self._n_workers()
-
-        def finish(mode: str, decision: Decision, **kw: Any) -> None:
-            self._counts["in_process_calls" if mode == "in-process" else "parallel_calls"] += 1
-            self.last_plan = PoolPlan(
-                backend=self.backend,
-                mode=mode,
-                rows=n,
-                workers=workers,
-                reason=decision.reason,
-                est_serial_s=decision.est_serial_s,
-                est_parallel_s=decision.est_parallel_s,
-                wall_s=time.perf_counter() - t0,
-                **kw,
-            )
-
-        if n == 0 or isinstance(oracle, TorchOracle) or self.backend == "serial":
-            reason = (
-                "empty batch"
-                if n == 0
-                else "TorchOracle: solved in the caller (layers keep it on its device)"
-                if isinstance(oracle, TorchOracle)
-                else "backend='serial'"
-            )
-            out = (
-                oracle.solve_batch(weights)
-                if isinstance(oracle, TorchOracle)
-                else solve_in_caller(oracle, weights, 0, deadline)
-            )
-            finish("in-process", Decision(mode="in-process", reason=reason))
-            return out
-
-        entry = self._entry(oracle)
-        parts: list[np.ndarray] = []
-        done = 0
-        in_caller, why_not = may_solve_in_caller(
-            oracle, backend=self.backend, timeout=self.timeout, fallback=self.fallback
+        runner, policy = self._runner, self._policy()
+        workers = runner.n_workers()
+        where = route(
+            runner.traits,
+            policy,
+            rows=n,
+            oracle_name=type(oracle).__name__,
+            device_native=isinstance(oracle, TorchOracle),
+            in_process_safe=bool(getattr(oracle, "in_process_safe", False)),
         )
-        if in_caller and entry.serial_row_s is None and entry.worker_row_s is None:
-            done = probe(oracle, weights, entry, parts, deadline)
+        if where.where == "caller":  # nothing to plan: no timings kept
+            states, _ = self._caller.solve_rows(oracle, weights, 0, deadline)  # the answer itself: no copy
+            self._record(
+                Decision(mode="in-process", reason=where.reason), rows=n, workers=workers, probe_rows=0, t0=t0
+            )
+            return states
+
+        known = self._known(oracle)
+        out: np.ndarray | None = None  # z = MAP(w)   [N, m], allocated once rows are placed in it
+        done = 0
+        if where.where == "either" and not known.timings.timed:  # time a new oracle on leading rows
+            out = np.empty(weights.shape, dtype=np.float64)
+            done, row_s = self._caller.probe(oracle, weights, deadline, out)
+            known.timings = after_probe(known.timings, row_s)
             self._counts["probe_rows"] += done
-        rest = n - done
-        decision, row_s = choose(
-            entry,
-            rows=rest,
-            in_caller=in_caller,
-            why_not=why_not,
-            backend=self.backend,
+        decision, known.timings = decide(
+            known.timings,
+            where,
+            runner.traits,
+            policy,
+            rows=n - done,
+            offset=done,
             row_bytes=weights[0].nbytes,
             workers=workers,
             overhead_s=self.overhead_s,
-            min_parallel_seconds=self.min_parallel_seconds,
-            min_speedup=self.min_speedup,
-            chunksize=self.chunksize,
         )
-
         if decision.mode == "in-process":
-            if rest:
-                t1 = time.perf_counter()
-                parts.append(solve_in_caller(oracle, weights[done:], done, deadline))
-                row_wall = (time.perf_counter() - t1) / rest
-                # a whole in-process call is a better measurement than the probe's small blocks
-                entry.serial_row_s = row_wall if entry.serial_probed else ema(entry.serial_row_s, row_wall)
-                entry.serial_probed = False
-            out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            finish("in-process", decision, probe_rows=done, est_row_s=row_s)
-            return out
-
-        bounds = chunk_bounds(rest, row_s, workers, offset=done, chunksize=self.chunksize)
-        if deadline.expired():
-            raise SolverTimeoutError(f"pool call exceeded {deadline.describe()}", rows=range(done, n))
-        result = self._parallel(entry, weights, bounds, deadline)
-        if not result.first_use:  # a call that shipped the oracle pays a one-off cost: not representative
-            entry.parallel_row_s = ema(entry.parallel_row_s, result.wall_s / rest)
-        parts.append(result.states[done:])
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        finish(
-            "parallel",
-            decision,
-            probe_rows=done,
-            chunks=len(bounds),
-            chunksize=max(b - a for a, b in bounds),
-            est_row_s=row_s,
-        )
+            if done < n:
+                if out is None:  # the whole batch: the caller's states are the answer
+                    out, seconds = self._caller.solve_rows(oracle, weights, 0, deadline)
+                else:
+                    seconds = self._caller.solve(oracle, weights, done, n, deadline, out)
+                known.timings = after_caller(known.timings, seconds / (n - done))
+        else:
+            if deadline.expired():
+                raise SolverTimeoutError(f"pool call exceeded {deadline.describe()}", rows=range(done, n))
+            if out is None:
+                out = np.empty(weights.shape, dtype=np.float64)
+            result = runner.run(known.token, oracle, weights, list(decision.bounds), deadline, out)
+            known.timings = after_workers(
+                known.timings,
+                rows=n - done,
+                solve_s=result.solve_s,
+                wall_s=result.wall_s,
+                first_use=result.first_use,
+            )
+            self.overhead_s = next_overhead(
+                self.overhead_s, wall_s=result.wall_s, slowest_s=result.slowest_s, first_use=result.first_use
+            )
+        assert out is not None  # every path above placed the rows
+        self._record(decision, rows=n, workers=workers, probe_rows=done, t0=t0)
         return out
 
-    def _parallel(
-        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
-    ) -> Any:
-        """Run the chunks on the backend's runner and update the timing model."""
-        result = self._runner().run(entry, weights, bounds, deadline)
-        rows = sum(b - a for a, b in bounds)
-        entry.worker_row_s = ema(entry.worker_row_s, result.solve_s / max(rows, 1))
-        if entry.serial_row_s is None:
-            entry.serial_row_s = entry.worker_row_s
-        if not result.first_use:  # first shipment of an oracle is not overhead
-            self.overhead_s = ema(self.overhead_s, max(0.0, result.wall_s - result.slowest_s))
-        return result
+    def _record(self, decision: Decision, *, rows: int, workers: int, probe_rows: int, t0: float) -> None:
+        """Count the call and leave its plan in `last_plan`."""
+        parallel = decision.mode == "parallel"
+        self._counts["parallel_calls" if parallel else "in_process_calls"] += 1
+        self.last_plan = PoolPlan(
+            backend=self.backend,
+            mode=decision.mode,
+            rows=rows,
+            probe_rows=probe_rows,
+            chunks=len(decision.bounds),
+            chunksize=max((b - a for a, b in decision.bounds), default=0),
+            workers=workers,
+            est_row_s=decision.est_row_s,
+            est_serial_s=decision.est_serial_s,
+            est_parallel_s=decision.est_parallel_s,
+            reason=decision.reason,
+            wall_s=time.perf_counter() - t0,
+        )

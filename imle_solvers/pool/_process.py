@@ -28,55 +28,67 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import SolverTimeoutError, WorkerCrashedError
-from ._plan import Entry
-from ._runner import Deadline, RunResult
-from ._worker import ChunkFailure, raise_failure
+from .._checks import one_of
+from ..errors import ImleSolversError, SolverTimeoutError, WorkerCrashedError
+from ..oracle import MapOracle
+from ._failure import ChunkFailure, raise_failure
+from ._runner import Deadline, RunnerOptions, RunnerTraits, RunResult, rows_of
+from ._worker import worker_main
 from ._worker_process import Chunk, WorkerProcess, kill_worker, shutdown_workers, spawn_worker
 
-__all__ = ["ProcessFleet"]
+__all__ = ["ProcessRunner"]
+
+STARTUP_TIMEOUT_S = 120.0
+"""Seconds to wait for worker processes to import and report ready."""
 
 
-class ProcessFleet:
-    """``size`` persistent worker processes (see the module docstring); a
-    ``Runner``.
+class ProcessRunner:
+    """``workers`` persistent worker processes (see the module docstring); a ``Runner``.
 
-    Parameters
-    ----------
-    size
-        Number of worker processes.
-    start_method
-        ``"spawn"`` or ``"forkserver"``; ``"fork"`` is refused (unsafe with torch threads).
-    threads
-        Threads per worker for BLAS/OpenMP/torch.
-    max_oracles
-        Oracles each worker keeps unpickled.
-    startup_timeout
-        Seconds to wait for workers to import and report ready.
+    Reads ``workers``, ``start_method`` (``"spawn"`` or ``"forkserver"``; ``"fork"`` is refused, unsafe
+    with torch threads), ``worker_threads`` (threads per worker for BLAS/OpenMP/torch),
+    ``max_cached_oracles`` (oracles each worker keeps unpickled) and ``retries`` from the options.
+
+    Raises
+    ------
+    ValueError
+        For ``start_method="fork"`` or an unknown start method.
+    ImleSolversError
+        In a daemonic process (a pool worker, a ``DataLoader`` worker), which may not have children.
     """
 
-    def __init__(
-        self,
-        size: int,
-        start_method: str = "spawn",
-        threads: int = 1,
-        max_oracles: int = 16,
-        startup_timeout: float = 120.0,
-        retries: int = 1,
-    ) -> None:
+    traits = RunnerTraits(
+        name="process", in_caller=False, isolated=True, transfers=True, local=True, overhead_s=1.5e-3
+    )
+    worker_target: Callable[..., None] = staticmethod(worker_main)
+    """The main loop a worker process runs (`worker_main`)."""
+
+    def __init__(self, options: RunnerOptions, startup_timeout: float = STARTUP_TIMEOUT_S) -> None:
+        start_method = options.start_method
         if start_method == "fork":
             raise ValueError("start_method='fork' is unsafe with torch threads; use 'spawn' or 'forkserver'")
-        self.size = size
+        one_of("start_method", start_method, ("spawn", "forkserver"))
+        if multiprocessing.current_process().daemon:
+            raise ImleSolversError(
+                f"backend='process' cannot start worker processes inside the daemonic process "
+                f"{multiprocessing.current_process().name!r} (a pool worker, a DataLoader worker…: "
+                "daemonic processes may not have children); use SolverPool(backend='thread') or "
+                "backend='serial' there"
+            )
+        self.size = options.workers
         self.ctx: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":  # the server imports the worker module once; forks are then cheap
             self.ctx.set_forkserver_preload(["imle_solvers.pool._worker"])  # type: ignore[attr-defined]
-        self.threads = threads
-        self.max_oracles = max_oracles
+        self.threads = options.worker_threads
+        self.max_oracles = options.max_cached_oracles
         self.startup_timeout = startup_timeout
-        self.retries = retries
+        self.retries = options.retries
         self.workers: list[WorkerProcess] = []
-        self.restarts = 0  # workers replaced after a crash or a time-out
-        self.shipments = 0  # oracle blobs sent to workers
+        self._blobs: dict[int, bytes] = {}  # token → the pickled oracle
+        self.restarts = 0
+        """Workers replaced after a crash or a time-out."""
+        self.shipments = 0
+        """Oracle blobs sent to workers."""
         self._call_id = 0
         self._ever_ready = False  # until one worker has started, start one at a time (a scout)
 
@@ -97,10 +109,10 @@ class ProcessFleet:
         """Whether worker processes are running."""
         return bool(self.workers)
 
-    def prepare(self, entry: Entry, oracle: object) -> None:
+    def prepare(self, token: int, oracle: MapOracle) -> None:
         """Pickle the oracle once, when the pool first sees it, so that an unpicklable one fails at once."""
         try:
-            entry.blob = pickle.dumps(oracle, protocol=pickle.HIGHEST_PROTOCOL)
+            self._blobs[token] = pickle.dumps(oracle, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
             raise TypeError(
                 f"{type(oracle).__name__} cannot be sent to worker processes: it does not pickle ({exc}). "
@@ -109,11 +121,12 @@ class ProcessFleet:
                 "backend='serial'."
             ) from exc
 
-    def forget(self, entry: Entry) -> None:
-        """Nothing to do: workers drop old oracles themselves (least recently used first)."""
+    def forget(self, token: int) -> None:
+        """Drop the pickled oracle; workers drop their copies themselves (least recently used first)."""
+        self._blobs.pop(token, None)
 
     def _spawn(self) -> WorkerProcess:
-        worker = spawn_worker(self.ctx, self.threads)
+        worker = spawn_worker(self.ctx, self.threads, self.worker_target)
         self.workers.append(worker)
         return worker
 
@@ -242,9 +255,15 @@ class ProcessFleet:
 
     # ------------------------------------------------------------------ one call
     def run(
-        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+        self,
+        token: int,
+        oracle: MapOracle,
+        weights: np.ndarray,
+        bounds: list[tuple[int, int]],
+        deadline: Deadline,
+        out: np.ndarray,
     ) -> RunResult:
-        """Solve ``weights`` (validated, ``(N, m)``) in the given row chunks; rows come back in order.
+        """Solve ``weights`` (validated, ``(N, m)``) in the given row chunks into ``out``.
 
         Raises
         ------
@@ -253,14 +272,14 @@ class ProcessFleet:
         SolverTimeoutError
             The call exceeded its deadline; workers busy with this call are killed and replaced.
         """
-        token, blob, retries = entry.token, entry.blob, self.retries
-        assert blob is not None, "prepare() was not called for this oracle"
+        if token not in self._blobs:
+            self.prepare(token, oracle)
+        blob, retries = self._blobs[token], self.retries
         shipped = self.shipments
         self.wait_ready()  # start-up time is not part of the call's time-out
         self._call_id += 1
         call_id = self._call_id
         t0 = time.perf_counter()
-        out = np.empty(weights.shape, dtype=np.float64)
         pending = collections.deque(Chunk(i, a, b) for i, (a, b) in enumerate(bounds))
         left = len(pending)
         failure: list[ChunkFailure] = []
@@ -270,7 +289,7 @@ class ProcessFleet:
         def on_done(w: WorkerProcess, chunk: Chunk, msg: tuple[Any, ...]) -> None:
             nonlocal left
             if msg[0] == "done":
-                out[chunk.start : chunk.stop] = msg[3]
+                out[chunk.start : chunk.stop] = msg[3]  # z = MAP(w)   [stop - start, m]
                 w.busy_s += msg[4]
                 left -= 1
             elif msg[0] == "failed":
@@ -309,7 +328,7 @@ class ProcessFleet:
                 for w in dead:
                     lost = w.job[1] if w.job is not None and w.job[0] == call_id else None
                     code = w.process.exitcode
-                    self._replace(w, _rows_of(pending) + _rows_of([lost] if lost else []))
+                    self._replace(w, rows_of(pending) + rows_of([lost] if lost else []))
                     if lost is None:
                         continue
                     if lost.attempts > retries:
@@ -326,7 +345,6 @@ class ProcessFleet:
             raise
         busy = [w.busy_s for w in self.workers]
         return RunResult(
-            states=out,
             solve_s=float(sum(busy)),
             slowest_s=max(busy, default=0.0),
             wall_s=time.perf_counter() - t0,
@@ -335,7 +353,7 @@ class ProcessFleet:
 
     def _time_out(self, call_id: int, deadline: Deadline, pending: collections.deque[Chunk]) -> None:
         stuck = [w for w in self.workers if w.job is not None and w.job[0] == call_id]
-        rows = _rows_of([w.job[1] for w in stuck if w.job is not None]) + _rows_of(pending)
+        rows = rows_of([w.job[1] for w in stuck if w.job is not None]) + rows_of(pending)
         for w in stuck:
             self._discard(w)
             self.restarts += 1
@@ -345,7 +363,3 @@ class ProcessFleet:
             f"({len(rows)} rows unfinished)",
             rows=sorted(rows),
         )
-
-
-def _rows_of(chunks: Any) -> list[int]:
-    return [r for c in chunks for r in range(c.start, c.stop)]

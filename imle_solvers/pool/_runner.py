@@ -1,8 +1,11 @@
-"""The one interface every parallel backend of [`SolverPool`][imle_solvers.pool.SolverPool] implements.
+"""The one interface every backend of [`SolverPool`][imle_solvers.pool.SolverPool] implements, serial
+included.
 
-A runner owns its workers (threads, processes, a Dask client) and solves row chunks of one batch:
-``run(entry, weights, bounds, deadline)``. The pool decides *whether* to use it and in which chunks
-(`_plan.py`); the runner only carries the chunks out and reports what it measured.
+A runner owns its workers (none, threads, processes, a Dask client), declares what the cost model must
+know about them (`RunnerTraits`: overhead, isolation, transfer) and solves row chunks of one batch,
+``run(token, oracle, weights, bounds, deadline, out)``. The pool decides *whether* to use it and in
+which chunks (`_plan.py`); the runner only carries the chunks out and reports what it measured. This
+module imports no backend: `_backends.py` maps backend names to runner classes.
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ._plan import Entry
+from ..oracle import MapOracle
 
-__all__ = ["Deadline", "RunResult", "Runner", "make_runner"]
+__all__ = ["Deadline", "RunResult", "Runner", "RunnerOptions", "RunnerTraits", "rows_of"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -44,13 +47,72 @@ class Deadline:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunResult:
-    """What one parallel call produced and measured.
+class RunnerTraits:
+    """What a backend declares about itself: the facts the cost model and the routing rules read.
 
     Attributes
     ----------
-    states
-        ``(N, m)`` float64 states; rows outside the chunks are left as they were allocated.
+    name
+        The backend's name (``"serial"``, ``"thread"``, …), as plans and messages show it.
+    in_caller
+        Rows are solved on the calling thread (the serial backend): there is nothing to plan.
+    isolated
+        A solve that crashes or hangs cannot take the caller down (worker processes, a cluster), so an
+        oracle that is not ``in_process_safe`` is kept off the caller unless ``fallback=True``.
+    transfers
+        Weights and states are copied to the workers and back (pipes, network): the cost model adds
+        the transfer time.
+    local
+        The workers share the caller's machine: one of them cannot beat the caller.
+    overhead_s
+        A-priori fixed cost of one call (dispatch, wake-up, gather); the pool refines it by measurement.
+    """
+
+    name: str
+    in_caller: bool
+    isolated: bool
+    transfers: bool
+    local: bool
+    overhead_s: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunnerOptions:
+    """The pool's options a runner may use (each backend reads the ones that concern it).
+
+    Attributes
+    ----------
+    workers
+        Number of workers (threads, processes, local Dask workers).
+    start_method
+        ``"forkserver"`` or ``"spawn"`` (worker processes).
+    worker_threads
+        Threads each worker process may use.
+    max_cached_oracles
+        Oracles each worker process keeps unpickled.
+    retries
+        Resends of a chunk lost with a dead worker.
+    client
+        An existing ``distributed.Client`` (Dask).
+    dask_address
+        A scheduler address (Dask).
+    """
+
+    workers: int
+    start_method: str = "spawn"
+    worker_threads: int = 1
+    max_cached_oracles: int = 16
+    retries: int = 1
+    client: Any = None
+    dask_address: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """What one call on a runner measured (the states are written into the caller's ``out``).
+
+    Attributes
+    ----------
     solve_s
         Solving seconds summed over the chunks.
     slowest_s
@@ -61,7 +123,6 @@ class RunResult:
         The call shipped the oracle to the workers (a one-off cost: not representative).
     """
 
-    states: np.ndarray
     solve_s: float
     slowest_s: float
     wall_s: float
@@ -69,7 +130,13 @@ class RunResult:
 
 
 class Runner(Protocol):
-    """A parallel backend: threads, worker processes or a Dask cluster."""
+    """A backend of the pool: solves row chunks in the caller, on threads, processes or a cluster.
+
+    Oracles are known by the pool's ``token`` (one per oracle); what a runner keeps per oracle (a
+    pickled copy, a scattered future) it keeps itself, until `forget`.
+    """
+
+    traits: RunnerTraits
 
     def start(self) -> None:
         """Start the workers and wait until they are ready."""
@@ -77,19 +144,25 @@ class Runner(Protocol):
     def n_workers(self) -> int:
         """Workers that can solve a chunk at the same time."""
 
-    def prepare(self, entry: Entry, oracle: object) -> None:
+    def prepare(self, token: int, oracle: MapOracle) -> None:
         """Called once per oracle when the pool first sees it (the process backend pickles it here)."""
 
     def run(
-        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+        self,
+        token: int,
+        oracle: MapOracle,
+        weights: np.ndarray,
+        bounds: list[tuple[int, int]],
+        deadline: Deadline,
+        out: np.ndarray,
     ) -> RunResult:
-        """Solve ``weights[a:b]`` for every ``(a, b)`` in ``bounds``; rows come back in order."""
+        """Solve ``weights[a:b]`` into ``out[a:b]`` for every ``(a, b)`` in ``bounds``."""
 
-    def forget(self, entry: Entry) -> None:
+    def forget(self, token: int) -> None:
         """Release what the runner holds for this oracle."""
 
     def pids(self) -> list[int]:
-        """Pids of live worker processes (empty for threads and Dask)."""
+        """Pids of live worker processes (empty for the caller, threads and Dask)."""
 
     def counters(self) -> dict[str, int]:
         """``worker_restarts`` and ``oracles_shipped``."""
@@ -101,28 +174,10 @@ class Runner(Protocol):
         """Stop every worker (idempotent)."""
 
 
-def make_runner(
-    backend: str,
-    workers: int,
-    *,
-    start_method: str,
-    worker_threads: int,
-    max_cached_oracles: int,
-    retries: int,
-    client: Any = None,
-    dask_address: str | None = None,
-) -> Runner:
-    """The runner of a parallel ``backend`` (its module imported here; it starts its workers lazily)."""
-    if backend == "process":
-        from ._process import ProcessFleet
-
-        return ProcessFleet(workers, start_method, worker_threads, max_cached_oracles, retries=retries)
-    if backend == "thread":
-        from ._thread import ThreadRunner
-
-        return ThreadRunner(workers)
-    if backend == "dask":
-        from ._dask import DaskRunner
-
-        return DaskRunner(workers, client=client, address=dask_address, retries=retries)
-    raise RuntimeError(f"the {backend!r} backend has no runner")  # pragma: no cover - guarded by the pool
+def rows_of(bounds: Any) -> list[int]:
+    """Every row of ``(a, b)`` ranges (or of objects with ``start`` and ``stop``)."""
+    rows: list[int] = []
+    for item in bounds:
+        a, b = item if isinstance(item, tuple) else (item.start, item.stop)
+        rows.extend(range(a, b))
+    return rows

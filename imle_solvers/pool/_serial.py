@@ -1,10 +1,9 @@
-"""Solving in the caller: whether [`SolverPool`][imle_solvers.pool.SolverPool] may, how it times a new
-oracle there, and the in-process call itself.
+"""The serial backend: the runner that solves in the caller, and how a new oracle is timed there.
 
-The caller is where the ``"serial"`` backend solves every row, and where the other backends solve a
-batch when the cost model (`_plan.py`) predicts no gain from the workers. A solve running in the
-caller cannot be stopped and takes the caller down if the solver crashes: `may_solve_in_caller` says
-when that is allowed.
+Every pool holds one: it is the whole ``"serial"`` backend, and the other backends' pools solve a
+batch with it when the cost model (`_plan.py`) predicts no gain from the workers. A solve running in
+the caller cannot be stopped (the deadline is checked between rows) and takes the caller down if the
+solver crashes: `_plan.route` says when a pool may use it.
 """
 
 from __future__ import annotations
@@ -14,63 +13,100 @@ import time
 import numpy as np
 
 from ..oracle import MapOracle
-from ._plan import Entry
-from ._runner import Deadline
-from ._worker import ChunkError, raise_failure, solve_chunk
+from ._chunk import solve_chunk
+from ._failure import ChunkError, raise_failure
+from ._runner import Deadline, RunnerOptions, RunnerTraits, RunResult
 
-__all__ = ["may_solve_in_caller", "probe", "solve_in_caller"]
+__all__ = ["SerialRunner"]
+
+PROBE_S = 2e-3
+"""The probe stops after about this much solving (or a quarter of the batch)."""
 
 
-def may_solve_in_caller(
-    oracle: MapOracle, *, backend: str, timeout: float | None, fallback: bool | None
-) -> tuple[bool, str]:
-    """Whether the cost model may pick the caller for this oracle; if not, why.
+class SerialRunner:
+    """Solves every chunk on the calling thread (see ``Runner``)."""
 
-    Never with a ``timeout`` (a solve in the caller cannot be stopped); else as ``fallback`` says;
-    by default on the thread backend (no isolation to lose) and for ``in_process_safe`` oracles.
-    """
-    if timeout is not None:  # a solve running in the caller cannot be stopped
-        return False, f"timeout={timeout} s: rows are solved where a time-out can stop them"
-    if fallback is not None:
-        return fallback, "fallback=False"
-    if backend == "thread" or getattr(oracle, "in_process_safe", False):
-        return True, ""
-    return False, (
-        f"backend={backend!r} keeps {type(oracle).__name__} out of the caller "
-        "(in_process_safe=False; fallback=True allows it)"
+    traits = RunnerTraits(
+        name="serial", in_caller=True, isolated=False, transfers=False, local=True, overhead_s=0.0
     )
 
+    def __init__(self, options: RunnerOptions | None = None) -> None:
+        pass
 
-def solve_in_caller(oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline) -> np.ndarray:
-    """``(n, m)`` states of ``weights`` (global rows ``start …``), solved here; failures re-raised as
-    the pool raises a worker's."""
-    try:
-        out, _ = solve_chunk(oracle, weights, start, "in-process", deadline)
-    except ChunkError as err:
-        failed = err
-    else:
-        return out
-    raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
+    def start(self) -> None:
+        pass
 
+    def n_workers(self) -> int:
+        return 1
 
-def probe(
-    oracle: MapOracle, weights: np.ndarray, entry: Entry, parts: list[np.ndarray], deadline: Deadline
-) -> int:
-    """Solve leading rows in the caller to time a new oracle; returns how many were solved.
+    def prepare(self, token: int, oracle: MapOracle) -> None:
+        pass
 
-    Blocks of 2, 4, 8, … rows go through one ``solve_batch``-like call each (an oracle that batches
-    internally is timed as it will run), until ~2 ms were spent or a quarter of the batch is done;
-    the best block's time per row is the estimate (the first block pays for cold caches). The states
-    are appended to ``parts`` (they are part of the answer, not extra work).
-    """
-    n = weights.shape[0]
-    done, spent, size, rate = 0, 0.0, 2, float("inf")
-    while done < n and (done == 0 or (spent < 2e-3 and done < n // 4)):
-        k = min(size, n - done)
-        t1 = time.perf_counter()
-        parts.append(solve_in_caller(oracle, weights[done : done + k], done, deadline))
-        dt = time.perf_counter() - t1
-        spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
-    entry.serial_row_s = rate
-    entry.serial_probed = True
-    return done
+    def forget(self, token: int) -> None:
+        pass
+
+    def pids(self) -> list[int]:
+        return []
+
+    def counters(self) -> dict[str, int]:
+        return {"worker_restarts": 0, "oracles_shipped": 0}
+
+    def active(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def run(
+        self,
+        token: int,
+        oracle: MapOracle,
+        weights: np.ndarray,
+        bounds: list[tuple[int, int]],
+        deadline: Deadline,
+        out: np.ndarray,
+    ) -> RunResult:
+        t0 = time.perf_counter()
+        seconds = 0.0
+        for a, b in bounds:
+            seconds += self.solve(oracle, weights, a, b, deadline, out)
+        return RunResult(solve_s=seconds, slowest_s=seconds, wall_s=time.perf_counter() - t0, first_use=False)
+
+    @staticmethod
+    def solve_rows(
+        oracle: MapOracle, weights: np.ndarray, start: int, deadline: Deadline
+    ) -> tuple[np.ndarray, float]:
+        """States of ``weights`` (global rows ``start …``) and the solving seconds. Failures are re-raised
+        as the pool raises a worker's (with the global rows)."""
+        try:
+            return solve_chunk(oracle, weights, start, "in-process", deadline)
+        except ChunkError as err:
+            failed = err
+        raise_failure(failed.failure, live=failed.original)  # outside `except`: no chained ChunkError
+
+    def solve(
+        self, oracle: MapOracle, weights: np.ndarray, a: int, b: int, deadline: Deadline, out: np.ndarray
+    ) -> float:
+        """Solve rows ``a:b`` into ``out[a:b]``; returns the solving seconds."""
+        out[a:b], seconds = self.solve_rows(oracle, weights[a:b], a, deadline)
+        return seconds
+
+    def probe(
+        self, oracle: MapOracle, weights: np.ndarray, deadline: Deadline, out: np.ndarray
+    ) -> tuple[int, float]:
+        """Solve leading rows to time a new oracle; returns how many were solved and the time per row.
+
+        Blocks of 2, 4, 8, … rows go through one ``solve_batch``-like call each (an oracle that batches
+        internally is timed as it will run), until ~`PROBE_S` were spent or a quarter of the batch is
+        done; the best block's time per row is the estimate (the first block pays for cold caches). The
+        states are written to ``out`` (they are part of the answer, not extra work).
+        """
+        n = weights.shape[0]
+        done, spent, size, rate = 0, 0.0, 2, float("inf")
+        while done < n and (done == 0 or (spent < PROBE_S and done < n // 4)):
+            k = min(size, n - done)
+            t1 = time.perf_counter()
+            self.solve(oracle, weights, done, done + k, deadline, out)
+            dt = time.perf_counter() - t1
+            spent, done, size, rate = spent + dt, done + k, size * 2, min(rate, dt / k)  # first: coldest
+        return done, rate

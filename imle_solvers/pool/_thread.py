@@ -5,6 +5,9 @@ Threads share the caller's memory: no isolation from a crashing solver, and a so
 running cannot be stopped (it finishes in the background after a time-out or Ctrl-C). The threads are
 daemon threads, so such an abandoned solve never keeps the interpreter from exiting (the standard
 ``ThreadPoolExecutor`` joins its threads at exit: Ctrl-C would raise, then wait for the solve).
+Library solvers (CP-SAT, HiGHS, CBC) are stopped through their own APIs when a call times out, is
+interrupted or the pool closes (`imle_solvers._interrupt`); at interpreter exit every such solve is
+stopped and waited for.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ from typing import Any
 
 import numpy as np
 
+from .._interrupt import stop_solves
 from ..errors import SolverTimeoutError
-from ._plan import Entry
-from ._runner import Deadline, RunResult
-from ._worker import ChunkError, raise_failure, solve_chunk
+from ..oracle import MapOracle
+from ._chunk import solve_chunk
+from ._failure import ChunkError, raise_failure
+from ._runner import Deadline, RunnerOptions, RunnerTraits, RunResult
 
 __all__ = ["ThreadRunner"]
+
+CLOSE_GRACE_S = 1.0
+"""How long `ThreadRunner.close` waits for its threads to end after stopping their solves."""
 
 
 class _DaemonThreads:
@@ -60,17 +68,30 @@ class _DaemonThreads:
         self._queue.put((future, fn, args))
         return future
 
-    def shutdown(self) -> None:
-        """Let every thread end after its current task (queued tasks should be cancelled first)."""
+    def idents(self) -> set[int]:
+        """``threading.get_ident()`` of each thread (to stop the solves running on them)."""
+        return {t.ident for t in self._threads if t.ident is not None}
+
+    def shutdown(self, grace: float) -> None:
+        """Stop the library solves running on these threads, let every thread end after its current
+        task (queued tasks should be cancelled first) and wait up to ``grace`` seconds for them."""
+        stop_solves(self.idents())
         for _ in self._threads:
             self._queue.put(None)
+        end = time.monotonic() + grace
+        for t in self._threads:
+            t.join(max(0.0, end - time.monotonic()))
 
 
 class ThreadRunner:
-    """``size`` threads that solve one chunk each at a time (see ``Runner``)."""
+    """``workers`` threads that solve one chunk each at a time (see ``Runner``)."""
 
-    def __init__(self, size: int) -> None:
-        self.size = size
+    traits = RunnerTraits(
+        name="thread", in_caller=False, isolated=False, transfers=False, local=True, overhead_s=2e-4
+    )
+
+    def __init__(self, options: RunnerOptions) -> None:
+        self.size = options.workers
         self._executor: _DaemonThreads | None = None
 
     def _pool(self) -> _DaemonThreads:
@@ -84,10 +105,10 @@ class ThreadRunner:
     def n_workers(self) -> int:
         return self.size
 
-    def prepare(self, entry: Entry, oracle: object) -> None:
+    def prepare(self, token: int, oracle: MapOracle) -> None:
         pass
 
-    def forget(self, entry: Entry) -> None:
+    def forget(self, token: int) -> None:
         pass
 
     def pids(self) -> list[int]:
@@ -99,15 +120,21 @@ class ThreadRunner:
     def active(self) -> bool:
         return self._executor is not None
 
-    def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown()
-            self._executor = None
+    def close(self, grace: float = CLOSE_GRACE_S) -> None:
+        """Stop the library solves on the threads and let the threads end (waits up to ``grace``)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(grace)
 
     def run(
-        self, entry: Entry, weights: np.ndarray, bounds: list[tuple[int, int]], deadline: Deadline
+        self,
+        token: int,
+        oracle: MapOracle,
+        weights: np.ndarray,
+        bounds: list[tuple[int, int]],
+        deadline: Deadline,
+        out: np.ndarray,
     ) -> RunResult:
-        oracle = entry.ref()
         executor = self._pool()
         t0 = time.perf_counter()
         futures: dict[concurrent.futures.Future[Any], tuple[int, int]] = {
@@ -118,11 +145,10 @@ class ThreadRunner:
             done, not_done = concurrent.futures.wait(
                 futures, timeout=deadline.remaining(), return_when=concurrent.futures.FIRST_EXCEPTION
             )
-        except BaseException:  # Ctrl-C: queued chunks are dropped, running solves are stopped
+        except BaseException:  # Ctrl-C: queued chunks are dropped, running library solves are stopped
             for f in futures:
                 f.cancel()
-            _stop_running_solves()
-            self.close()
+            self.close(grace=0.0)
             raise
         failed = [f for f in done if f.exception() is not None]
         if failed:
@@ -139,28 +165,18 @@ class ThreadRunner:
             rows = [r for f in not_done for r in range(*futures[f])]
             # threads cannot be killed: library solvers (CP-SAT, HiGHS, CBC) are stopped through their own
             # APIs; any other solve already running finishes in the background
-            _stop_running_solves()
-            self.close()
+            self.close(grace=0.0)
             raise SolverTimeoutError(
                 f"pool call exceeded {deadline.describe()} ({len(rows)} rows unfinished)", rows=rows
             )
-        out = np.empty(weights.shape, dtype=np.float64)
         seconds = 0.0
         for f, (a, b) in futures.items():
             states, secs = f.result()
-            out[a:b] = states
+            out[a:b] = states  # z = MAP(w)   [b - a, m]
             seconds += secs
         return RunResult(
-            states=out,
             solve_s=seconds,
             slowest_s=seconds / min(self.size, len(bounds)),
             wall_s=time.perf_counter() - t0,
             first_use=False,
         )
-
-
-def _stop_running_solves() -> None:
-    """Stop the ILP solves running in this process (CP-SAT, HiGHS, CBC), through each solver's API."""
-    from .._interrupt import stop_solves
-
-    stop_solves()

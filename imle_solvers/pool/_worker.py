@@ -1,12 +1,13 @@
-"""What runs inside a [`SolverPool`][imle_solvers.pool.SolverPool] worker: chunk solving, failures, the
-process loop.
+"""The worker main loop of the process backend, with its watchdog: what runs inside a worker process.
 
-Every backend (in-process, thread, process, Dask) solves rows through `solve_chunk`, so a
-failing row is reported the same way everywhere: the *global* batch row, the exception and the
-traceback text of the place it was raised.
+A worker leads its own process group, pins its thread pools to ``threads`` threads, reports
+``("ready", pid)`` and then answers messages on its pipe until told to stop. A daemon thread (the
+watchdog) kills the worker's whole process group as soon as the caller's end of the pipe closes, so a
+worker never outlives its caller, even while its main thread is stuck in a long solve. Rows are
+solved by `solve_chunk` (`_chunk.py`); failures travel back as `ChunkFailure` (`_failure.py`).
 
-This module is imported by spawned worker processes; it keeps its imports light (no solver imports:
-those come with the oracle when it is unpickled).
+This module is imported by spawned worker processes (and preloaded by the ``forkserver``); it keeps
+its imports light (no solver imports: those come with the oracle when it is unpickled).
 """
 
 from __future__ import annotations
@@ -18,26 +19,14 @@ import select
 import signal
 import threading
 import time
-import traceback
-from typing import Any, NoReturn
+from typing import Any
 
-import numpy as np
-
-from ..errors import ImleSolversError, SolverTimeoutError
 from ..oracle import MapOracle
-from ._runner import Deadline
+from ._chunk import solve_chunk
+from ._failure import ChunkError, ChunkFailure, failure_of, portable
 
-__all__ = [
-    "ChunkError",
-    "ChunkFailure",
-    "RemoteTraceback",
-    "dask_solve_chunk",
-    "raise_failure",
-    "solve_chunk",
-    "worker_main",
-]
+__all__ = ["THREAD_ENV_VARS", "pin_threads", "worker_main"]
 
-# Environment set for worker processes before they import numpy/torch: one thread per solver.
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -45,192 +34,7 @@ THREAD_ENV_VARS = (
     "NUMEXPR_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
 )
-
-
-@dataclasses.dataclass
-class ChunkFailure:
-    """A picklable account of a row that failed (travels from a worker to the caller).
-
-    Attributes
-    ----------
-    rows
-        Global batch rows the failure concerns (one row for a per-row ``solve``).
-    exc
-        The original exception when it could be pickled, else ``None``.
-    exc_type, message
-        ``type(exc).__qualname__`` and ``str(exc)`` (kept even when ``exc`` is ``None``).
-    traceback
-        The formatted traceback where the exception was raised.
-    where
-        ``"in-process"``, ``"thread"`` or ``"pool worker (pid N)"``.
-    """
-
-    rows: tuple[int, ...]
-    exc: BaseException | None
-    exc_type: str
-    message: str
-    traceback: str
-    where: str
-
-
-class ChunkError(Exception):
-    """Raised by `solve_chunk`; carries a `ChunkFailure` (and the live exception)."""
-
-    def __init__(self, failure: ChunkFailure, exc: BaseException) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
-        self.original = exc
-
-
-class RemoteTraceback(Exception):
-    """The ``__cause__`` of an exception re-raised from a worker: its text is the worker's traceback."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.tb}"""'
-
-
-def _uses_default_batch(oracle: MapOracle) -> bool:
-    """True when ``oracle.solve_batch`` is the base-class loop (then rows are solved one by one here)."""
-    return getattr(type(oracle), "solve_batch", None) is MapOracle.solve_batch
-
-
-def _failure(exc: BaseException, rows: tuple[int, ...], where: str) -> ChunkFailure:
-    return ChunkFailure(
-        rows=rows,
-        exc=exc,
-        exc_type=type(exc).__qualname__,
-        message=str(exc),
-        traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        where=where,
-    )
-
-
-def solve_chunk(
-    oracle: MapOracle,
-    weights: np.ndarray,
-    start: int,
-    where: str = "in-process",
-    deadline: Deadline | None = None,
-) -> tuple[np.ndarray, float]:
-    """Solve already-validated rows ``start … start + n − 1`` of a batch.
-
-    Parameters
-    ----------
-    oracle
-        The oracle (its ``solve`` is looped unless it overrides ``solve_batch``).
-    weights
-        ``(n, m)`` float64 rows in the oracle's sense.
-    start
-        Global index of the first row (used in errors).
-    where
-        Where this runs, for error messages.
-    deadline
-        The call's time limit, after which no new row is started (a soft limit: checked
-        between rows; [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError] names the unstarted
-        rows).
-
-    Returns
-    -------
-    (states, seconds)
-        ``(n, m)`` float64 states and the time spent solving.
-
-    Raises
-    ------
-    ChunkError
-        Wrapping whatever the oracle raised, with the global row.
-    """
-    n = weights.shape[0]
-    t0 = time.perf_counter()
-    if _uses_default_batch(oracle):
-        out = np.empty(weights.shape, dtype=np.float64)  # z_i = MAP(w_i)   [n, m]
-        for i in range(n):
-            if deadline is not None and deadline.expired():
-                exc = SolverTimeoutError(
-                    f"pool call exceeded {deadline.describe()} before these rows were started",
-                    rows=range(start + i, start + n),
-                )
-                raise ChunkError(_failure(exc, exc.rows, where), exc)
-            try:
-                out[i] = oracle.solve(weights[i])
-            except Exception as exc:
-                raise ChunkError(_failure(exc, (start + i,), where), exc) from None
-    else:
-        try:
-            out = np.asarray(oracle.solve_batch(weights), dtype=np.float64)
-            if out.shape != weights.shape:
-                raise ImleSolversError(
-                    f"{type(oracle).__name__}.solve_batch returned shape {out.shape} "
-                    f"for input {weights.shape}"
-                )
-        except Exception as exc:
-            local = exc.rows if isinstance(exc, ImleSolversError) and exc.rows else range(n)
-            raise ChunkError(_failure(exc, tuple(start + int(r) for r in local), where), exc) from None
-    return out, time.perf_counter() - t0
-
-
-def raise_failure(failure: ChunkFailure, live: BaseException | None = None) -> NoReturn:
-    """Re-raise a failed row in the caller: the original type where possible, with ``.rows`` set.
-
-    * library errors ([`ImleSolversError`][imle_solvers.errors.ImleSolversError]) get the global rows through
-      ``with_rows``;
-    * other exceptions keep their type, get a ``rows`` attribute and a note naming the row;
-    * for a remote failure the worker's traceback text is attached as ``worker_traceback``, as the
-      ``__cause__`` (printed above the caller's traceback) and in the message of the fallback
-      [`ImleSolversError`][imle_solvers.errors.ImleSolversError] used when the exception could not be pickled.
-    """
-    remote = live is None
-    exc = live if live is not None else failure.exc
-    if exc is None:  # the worker's exception did not pickle: wrap its text
-        err = ImleSolversError(
-            f"{failure.exc_type}: {failure.message} (raised in {failure.where}; worker traceback:\n"
-            f"{failure.traceback})",
-            rows=failure.rows,
-        )
-        err.worker_traceback = failure.traceback  # type: ignore[attr-defined]
-        raise err
-    if isinstance(exc, ImleSolversError):
-        exc.with_rows(failure.rows)
-    else:
-        try:
-            exc.rows = failure.rows  # type: ignore[attr-defined]
-        except Exception:  # pragma: no cover - exceptions with __slots__
-            pass
-        label = "row" if len(failure.rows) == 1 else "rows"
-        note = f"raised by batch {label} {', '.join(map(str, failure.rows[:10]))} ({failure.where})"
-        if hasattr(exc, "add_note"):
-            exc.add_note(note)
-    if remote:
-        try:
-            exc.worker_traceback = failure.traceback  # type: ignore[attr-defined]
-        except Exception:  # pragma: no cover
-            pass
-        raise exc from RemoteTraceback(failure.traceback)
-    raise exc
-
-
-def _portable(failure: ChunkFailure) -> ChunkFailure:
-    """Drop the exception object when it does not survive pickling (its text stays)."""
-    try:
-        pickle.loads(pickle.dumps(failure.exc))
-    except Exception:
-        failure.exc = None
-    else:
-        if failure.exc is not None:
-            failure.exc.__traceback__ = None
-    return failure
-
-
-def dask_solve_chunk(oracle: MapOracle, weights: np.ndarray, start: int) -> tuple[str, Any, float]:
-    """Dask task: ``("ok", states, seconds)`` or ``("failed", ChunkFailure, 0.0)`` (never raises)."""
-    try:
-        out, seconds = solve_chunk(oracle, weights, start, where=f"dask worker (pid {os.getpid()})")
-    except ChunkError as err:
-        return "failed", _portable(err.failure), 0.0
-    return "ok", out, seconds
+"""Environment set for worker processes before they import numpy/torch: one thread per solver."""
 
 
 def pin_threads(threads: int) -> None:
@@ -342,7 +146,7 @@ def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
             try:
                 oracles[token] = pickle.loads(blob)
             except Exception as exc:  # reported on the first solve that needs it
-                oracles[token] = _portable(_failure(exc, (), where + ", unpickling the oracle"))
+                oracles[token] = portable(failure_of(exc, (), where + ", unpickling the oracle"))
         elif kind == "forget":
             oracles.pop(msg[1], None)
         elif kind == "solve":
@@ -352,8 +156,8 @@ def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
                 failure = (
                     oracle
                     if isinstance(oracle, ChunkFailure)
-                    else _portable(
-                        _failure(KeyError(f"oracle token {token} unknown to the worker"), (), where)
+                    else portable(
+                        failure_of(KeyError(f"oracle token {token} unknown to the worker"), (), where)
                     )
                 )
                 rows = tuple(range(start, start + weights.shape[0]))
@@ -362,6 +166,6 @@ def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
             try:
                 out, seconds = solve_chunk(oracle, weights, start, where=where)
             except ChunkError as err:
-                conn.send(("failed", call_id, chunk_id, _portable(err.failure)))
+                conn.send(("failed", call_id, chunk_id, portable(err.failure)))
             else:
                 conn.send(("done", call_id, chunk_id, out, seconds))

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._worker import THREAD_ENV_VARS, worker_main
@@ -53,21 +53,31 @@ class Chunk:
 class WorkerProcess:
     """A worker process and the caller's end of its pipe, with what the caller knows about it."""
 
-    process: Any  # multiprocessing.Process
-    conn: Any  # multiprocessing.connection.Connection
+    process: Any
+    """The ``multiprocessing.Process``."""
+    conn: Any
+    """The caller's end of the duplex pipe (``multiprocessing.connection.Connection``)."""
     ready: bool = False
+    """The worker has imported and reported ``("ready", pid)``."""
     pid: int | None = None
+    """The pid it reported."""
     tokens: collections.OrderedDict[int, None] = dataclasses.field(default_factory=collections.OrderedDict)
-    job: tuple[int, Chunk] | None = None  # (call_id, chunk) in flight
-    busy_s: float = 0.0  # solve seconds reported during the current call
+    """Tokens of the oracles it holds, least recently used first."""
+    job: tuple[int, Chunk] | None = None
+    """``(call_id, chunk)`` in flight, if any."""
+    busy_s: float = 0.0
+    """Solve seconds it reported during the current call."""
 
 
-def spawn_worker(ctx: Any, threads: int) -> WorkerProcess:
+def spawn_worker(ctx: Any, threads: int, target: Callable[..., None] = worker_main) -> WorkerProcess:
     """Start one worker process (``ctx``: a `multiprocessing` context) limited to ``threads`` threads;
-    returns at once, the worker reports ``("ready", pid)`` on its pipe once it has imported."""
+    returns at once, the worker reports ``("ready", pid)`` on its pipe once it has imported.
+
+    ``target(conn, threads, caller_pid)`` is the worker's main loop (`worker_main`; tests give a
+    worker that misbehaves)."""
     parent, child = ctx.Pipe(duplex=True)
     proc = ctx.Process(
-        target=worker_main,
+        target=target,
         args=(child, threads, os.getpid()),
         daemon=True,
         name="imle-solvers-worker",

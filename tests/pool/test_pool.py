@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import numpy as np
@@ -25,7 +27,7 @@ from imle_solvers import (
 )
 from imle_solvers.oracle import map_solve
 from imle_solvers.pool import PoolPlan, SolverPool
-from imle_solvers.pool._worker import RemoteTraceback
+from imle_solvers.pool._failure import RemoteTraceback
 from tests.support.oracles import Enum
 from tests.support.paths import ROOT
 from tests.support.pool import STATES, alive, batch, wait_dead
@@ -36,8 +38,12 @@ from tests.support.pool_oracles import (
     Hang,
     Killer,
     Locked,
+    StoppableHang,
     ThreadReport,
+    silent_worker_main,
 )
+
+pytestmark = pytest.mark.timeout(10)  # a worker that never reports fails a test: it cannot hang the suite
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +99,47 @@ def test_oracle_is_pickled_once_and_cached_in_workers(proc_pool: SolverPool) -> 
         proc_pool.solve_batch(oracle, batch(16, seed))
     assert CountingPickles.pickled == 1  # pickled once by the pool, not per call
     assert proc_pool.stats["oracles_shipped"] - shipped <= proc_pool.workers  # once per worker at most
+    token = proc_pool._entries[id(oracle)].token
     proc_pool.forget(oracle)  # after a mutation: re-pickled
+    assert token not in proc_pool._runner._blobs  # type: ignore[attr-defined]  # the old pickle is gone
     proc_pool.solve_batch(oracle, batch(4))
     assert CountingPickles.pickled == 2
+    token = proc_pool._entries[id(oracle)].token
+    del oracle
+    gc.collect()
+    assert token not in proc_pool._runner._blobs  # type: ignore[attr-defined]  # nor a collected oracle's
+
+
+class _Recorder:
+    """Wraps a worker's pipe: records what the caller sends."""
+
+    def __init__(self, conn: object) -> None:
+        self.conn = conn
+        self.sent: list[tuple[object, ...]] = []
+
+    def send(self, msg: tuple[object, ...]) -> None:
+        self.sent.append(msg[:2])
+        self.conn.send(msg)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.conn, name)
+
+
+def test_workers_keep_the_most_recently_used_oracles_and_drop_the_oldest() -> None:
+    with SolverPool(1, "process", fallback=False, max_cached_oracles=2) as pool:
+        pool.start()
+        worker = pool._runner.workers[0]  # type: ignore[attr-defined]
+        worker.conn = recorder = _Recorder(worker.conn)
+        oracles = [Enum(STATES) for _ in range(3)]
+        tokens = []
+        for oracle in [*oracles[:2], oracles[0], oracles[2]]:  # 0 is used again before 2 arrives
+            pool.solve_batch(oracle, batch(2))
+            tokens.append(pool._entries[id(oracle)].token)
+        shipped = [m[1] for m in recorder.sent if m[0] == "oracle"]
+        assert shipped == [tokens[0], tokens[1], tokens[3]]  # oracle 0 was still cached the second time
+        assert [m[1] for m in recorder.sent if m[0] == "forget"] == [tokens[1]]  # the least recently used
+        pool.solve_batch(oracles[1], batch(2))  # dropped: shipped again
+        assert pool.stats["oracles_shipped"] == 4 and [m[0] for m in recorder.sent].count("oracle") == 4
 
 
 def test_workers_run_one_thread_each(proc_pool: SolverPool) -> None:
@@ -104,6 +148,7 @@ def test_workers_run_one_thread_each(proc_pool: SolverPool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(60)
 def test_spawn_start_method_works() -> None:
     with SolverPool(2, "process", fallback=False, start_method="spawn") as pool:
         w = batch(12)
@@ -237,11 +282,117 @@ def test_timeout_raises_kills_stuck_worker_and_recovers(fault_pool: SolverPool) 
             fault_pool.solve_batch(Hang(STATES), w)
         assert time.monotonic() - start < 15
         assert 13 in info.value.rows
+        assert len(fault_pool.worker_pids()) == 2  # replacements already starting, in the background
         gone = old - set(fault_pool.worker_pids())
         assert gone and wait_dead(list(gone))
     finally:
         fault_pool.timeout = None
     np.testing.assert_array_equal(fault_pool.solve_batch(Enum(STATES), w), Enum(STATES).solve_batch(w))
+
+
+def test_a_worker_that_never_reports_is_caught_by_the_timeout_and_replaced() -> None:
+    """A worker that takes chunks and never answers (not even with a failure) cannot hang a call."""
+    with SolverPool(1, "process", fallback=False, timeout=1.0) as pool:
+        pool._runner.worker_target = silent_worker_main  # type: ignore[attr-defined]
+        pool.start()
+        silent = pool.worker_pids()
+        start = time.monotonic()
+        with pytest.raises(SolverTimeoutError, match="1 busy worker") as info:
+            pool.solve_batch(Enum(STATES), batch(5))
+        assert time.monotonic() - start < 5 and info.value.rows == (0, 1, 2, 3, 4)
+        assert wait_dead(silent, 3.0) and pool.stats["worker_restarts"] == 1
+
+
+def test_a_timed_out_thread_pool_stops_the_solves_on_its_own_threads_only() -> None:
+    from imle_solvers._interrupt import solving
+
+    elsewhere = threading.Event()  # a solve on a thread of nobody's pool
+    released = threading.Event()
+
+    def other_solve() -> None:
+        with solving(elsewhere.set):
+            released.wait(5.0)
+
+    other = threading.Thread(target=other_solve, daemon=True)
+    other.start()
+    try:
+        with SolverPool(2, "thread", timeout=0.3, chunksize=1) as pool:
+            ours = list(pool.start()._runner._executor._threads)  # type: ignore[attr-defined]
+            oracle = StoppableHang(STATES)
+            start = time.monotonic()
+            with pytest.raises(SolverTimeoutError):
+                pool.solve_batch(oracle, batch(2, flag_row=0))
+            assert oracle.stopped.wait(2.0) and time.monotonic() - start < 2.0
+            for t in ours:  # the stopped solve returned: the threads end (no solve left in the background)
+                t.join(2.0)
+                assert not t.is_alive()
+        assert not elsewhere.is_set()
+    finally:
+        released.set()
+        other.join(5.0)
+
+
+def test_closing_a_thread_pool_ends_its_threads() -> None:
+    pool = SolverPool(2, "thread", fallback=False)
+    pool.solve_batch(Enum(STATES), batch(4))
+    threads = list(pool._runner._executor._threads)  # type: ignore[attr-defined]
+    assert len(threads) == 2 and all(t.is_alive() for t in threads)
+    pool.close()
+    assert not any(t.is_alive() for t in threads)  # close() waits for them (up to a second)
+
+
+def test_a_worker_ignores_ctrl_c_meant_for_the_caller(proc_pool: SolverPool) -> None:
+    victim = proc_pool.worker_pids()[0]
+    restarts = proc_pool.stats["worker_restarts"]
+    os.kill(victim, signal.SIGINT)  # a terminal's Ctrl-C goes to the caller, which decides
+    time.sleep(0.2)
+    assert alive(victim)
+    np.testing.assert_array_equal(
+        proc_pool.solve_batch(Enum(STATES), batch(6)), Enum(STATES).solve_batch(batch(6))
+    )
+    assert victim in proc_pool.worker_pids() and proc_pool.stats["worker_restarts"] == restarts
+
+
+class WrongShape(Enum):
+    """Overrides ``solve_batch`` and returns one column too few."""
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        return np.zeros((weights.shape[0], weights.shape[1] - 1))
+
+
+@pytest.mark.parametrize(("backend", "rows"), [("serial", 5), ("thread", 3)])
+def test_a_solve_batch_of_the_wrong_shape_is_an_error_naming_the_rows(backend: str, rows: int) -> None:
+    with SolverPool(2, backend, fallback=False, chunksize=3) as pool:  # type: ignore[arg-type]
+        with pytest.raises(
+            ImleSolversError, match=rf"returned shape \({rows}, 6\) for input \({rows}, 7\)"
+        ) as info:
+            pool.solve_batch(WrongShape(STATES), batch(5))
+        assert info.value.rows == tuple(range(rows))  # the first chunk's rows (serial: the whole batch)
+
+
+class SlowLateBlock(Enum):
+    """Fast, except for the solves from the 15th on (the probe's fourth block): 0.5 ms each."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if self.solve_calls >= 14:
+            time.sleep(5e-4)
+        return super().solve(weights)
+
+
+def test_the_probe_takes_the_best_block_not_the_last() -> None:
+    with SolverPool(1, "thread") as pool:
+        pool.solve_batch(SlowLateBlock(STATES), batch(64))  # blocks of 2, 4, 8 fast, then 16 slow
+        plan = pool.last_plan
+        assert plan is not None and plan.probe_rows == 30 and plan.est_row_s is not None
+        assert plan.est_row_s < 2e-4
+
+
+def test_the_overhead_estimate_learns_from_parallel_calls() -> None:
+    with SolverPool(2, "thread", fallback=False) as pool:
+        default = pool.overhead_s
+        for seed in range(3):
+            pool.solve_batch(Enum(STATES, delay=0.002), batch(8, seed))
+        assert pool.stats["overhead_s"] == pool.overhead_s != default
 
 
 def test_thread_timeout_raises() -> None:
@@ -303,6 +454,8 @@ print("ok")
 """
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(150)
 def test_keyboard_interrupt_during_a_call_stops_workers() -> None:
     # Run in a child interpreter: a SIGINT that lands outside the call must not stop the whole test run.
     import subprocess
@@ -355,6 +508,43 @@ def test_slow_oracle_goes_parallel_and_threshold_is_respected() -> None:
         pool.solve_batch(oracle, batch(40))
         assert pool.last_plan is not None and pool.last_plan.mode == "in-process"
         assert "min_parallel_seconds" in pool.last_plan.reason
+
+
+def test_the_probe_times_a_new_oracle_on_at_most_a_quarter_of_the_batch() -> None:
+    with SolverPool(1, "thread") as pool:  # one worker: every call stays in the caller
+        pool.solve_batch(Enum(STATES), batch(64))  # fast rows: blocks of 2, 4, 8, 16 until ≥ 64 // 4
+        assert pool.last_plan is not None and 2 <= pool.last_plan.probe_rows <= 30
+        pool.solve_batch(Enum(STATES, delay=0.003), batch(64))  # a slow block: 2 ms spent after it
+        assert pool.last_plan is not None and pool.last_plan.probe_rows == 2
+        assert pool.stats["probe_rows"] <= 32
+
+
+def test_in_process_calls_keep_the_caller_timing_current() -> None:
+    oracle = Enum(STATES)
+    with SolverPool(1, "thread") as pool:
+        pool.solve_batch(oracle, batch(16))
+        seen = [pool.stats["oracles"][0]["serial_row_s"]]
+        oracle.delay = 0.004  # the solves got slower: each whole call is measured and averaged in
+        for _ in range(4):
+            pool.solve_batch(oracle, batch(6))
+            seen.append(pool.stats["oracles"][0]["serial_row_s"])
+        assert seen[0] < 1e-3 and all(a < b for a, b in itertools.pairwise(seen)) and seen[-1] > 2.5e-3
+        assert pool.last_plan is not None and pool.last_plan.est_serial_s == pytest.approx(6 * seen[-2])
+
+
+def test_plan_records_the_largest_chunk() -> None:
+    with SolverPool(2, "thread", fallback=False, chunksize=4) as pool:
+        pool.solve_batch(Enum(STATES), batch(10))  # chunks of 4, 4 and 2 rows
+        assert pool.last_plan is not None and pool.last_plan.chunks == 3 and pool.last_plan.chunksize == 4
+        assert pool.last_plan.mode == "parallel" and pool.last_plan.reason == "fallback=False"
+
+
+def test_a_deadline_gone_before_the_workers_starts_none() -> None:
+    with SolverPool(2, "process", timeout=1e-9) as pool:
+        with pytest.raises(SolverTimeoutError, match=r"timeout=1e-09 s") as info:
+            pool.solve_batch(Enum(STATES), batch(3))
+        assert info.value.rows == (0, 1, 2)
+        assert pool.worker_pids() == [] and pool.stats["worker_restarts"] == 0
 
 
 def test_cost_model_re_measures_the_other_path() -> None:
@@ -452,13 +642,46 @@ def test_cuda_tensors_stay_on_device_and_topk_never_syncs() -> None:
         {"timeout": 0},
         {"chunksize": 0},
         {"start_method": "fork"},
+        {"backend": "thread", "start_method": "fork"},
+        {"start_method": "threads"},
         {"client": object()},
         {"dask_address": "tcp://x:1"},
+        {"backend": "thread", "client": object()},
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         SolverPool(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "requirement"),
+    [
+        ("workers", 1.5, "a positive integer"),
+        ("timeout", -1.0, "a finite number > 0"),
+        ("chunksize", 0, "a positive integer"),
+        ("min_parallel_seconds", -0.1, "a finite number >= 0"),
+        ("min_speedup", 0.0, "a finite number > 0"),
+        ("retries", -1, "a non-negative integer"),
+        ("worker_threads", 0, "a positive integer"),
+        ("max_cached_oracles", 0, "a positive integer"),
+        ("fallback", "no", "one of None, True, False"),
+        ("backend", "mpi", "one of 'process', 'thread', 'serial', 'dask'"),
+    ],
+)
+def test_each_argument_check_names_the_argument(name: str, value: object, requirement: str) -> None:
+    with pytest.raises(ValueError) as info:
+        SolverPool(**{name: value, **({"backend": "thread"} if name != "backend" else {})})  # type: ignore[arg-type]
+    assert str(info.value) == f"{name} must be {requirement}, got {value!r}"
+
+
+def test_documented_defaults() -> None:
+    pool = SolverPool(backend="thread")
+    assert pool.workers == len(os.sched_getaffinity(0)) and pool.timeout is None and pool.chunksize is None
+    assert pool.min_parallel_seconds == 0.01 and pool.min_speedup == 1.1 and pool.fallback is None
+    assert pool.retries == 1 and pool.worker_threads == 1 and pool.max_cached_oracles == 16
+    assert pool.start_method == "forkserver"  # where the platform has it (Linux)
+    assert SolverPool().backend == "process"
 
 
 def test_repr_and_stats() -> None:
@@ -477,6 +700,7 @@ def test_repr_and_stats() -> None:
 # the benchmark times a fixed-λ layer on random upstream gradients: the fixed-λ warning is expected
 @pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_pool_benchmark_quick_run_produces_rows() -> None:
     from imle_solvers.benchmarks import pool as bench
 

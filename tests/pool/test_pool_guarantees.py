@@ -22,14 +22,16 @@ from imle_solvers import (
     WorkerCrashedError,
 )
 from imle_solvers.pool import SolutionCache, SolverPool
-from imle_solvers.pool._plan import Entry, chunk_bounds, decide
-from imle_solvers.pool._process import ProcessFleet
+from imle_solvers.pool._process import ProcessRunner
+from imle_solvers.pool._runner import RunnerOptions
 from tests.support.oracles import Enum
 from tests.support.paths import ROOT
 from tests.support.pool import STATES, alive, batch, wait_dead
 from tests.support.pool_oracles import Exiter, Hang, NestedPool, SafeEnum, Spawner
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # workers of a child script import this checkout
+
+pytestmark = pytest.mark.timeout(10)  # subprocess tests (slow) set their own
 
 
 def descendants(pid: int) -> set[int]:
@@ -68,28 +70,6 @@ def pool() -> SolverPool:
     """Two worker processes, the default policy (no explicit fallback)."""
     with SolverPool(2, "process", chunksize=2) as p:
         yield p.start()
-
-
-# --------------------------------------------------------------------------- the cost model, pure
-def test_cost_model_is_a_pure_function_of_timings() -> None:
-    assert chunk_bounds(10, None, 2, offset=3, chunksize=4) == [(3, 7), (7, 11), (11, 13)]
-    assert chunk_bounds(8, 1.0, 2) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8)]
-    entry = Entry(1, lambda: None, "x")
-    kw = {
-        "backend": "process",
-        "row_bytes": 80,
-        "workers": 4,
-        "overhead_s": 1e-3,
-        "min_parallel_seconds": 0.01,
-        "min_speedup": 1.1,
-        "chunksize": None,
-    }
-    slow = decide(entry, rows=100, serial_row=1e-2, row_s=1e-2, **kw)  # type: ignore[arg-type]
-    assert slow.mode == "parallel" and slow.est_parallel_s is not None and slow.est_serial_s == 1.0
-    fast = decide(Entry(2, lambda: None, "y"), rows=4, serial_row=1e-5, row_s=1e-5, **kw)  # type: ignore[arg-type]
-    assert fast.mode == "in-process" and "min_parallel_seconds" in fast.reason
-    one = decide(entry, rows=100, serial_row=1e-2, row_s=1e-2, **{**kw, "workers": 1})  # type: ignore[arg-type]
-    assert one.mode == "in-process"
 
 
 # --------------------------------------------------------------------------- a time-out holds on every path
@@ -213,6 +193,7 @@ def _kill_parent_during_a_solve(tmp_path: Path, sig: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(150)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_killing_the_parent_leaves_no_descendant(tmp_path: Path, sig: int) -> None:
     _kill_parent_during_a_solve(tmp_path, sig)
@@ -220,15 +201,13 @@ def test_killing_the_parent_leaves_no_descendant(tmp_path: Path, sig: int) -> No
 
 def test_a_worker_whose_caller_is_gone_dies_with_its_solver_children(tmp_path: Path) -> None:
     """What a worker sees when its caller dies (even by SIGKILL): the caller's end of the pipe closes."""
-    fleet = ProcessFleet(1, "forkserver")
+    fleet = ProcessRunner(RunnerOptions(workers=1, start_method="forkserver"))
     try:
         fleet.start()
         worker = fleet.workers[0]
         marker = tmp_path / "child"
-        entry = Entry(1, lambda: None, "Spawner")
-        fleet.prepare(entry, Spawner(STATES, str(marker)))
-        assert entry.blob is not None
-        worker.conn.send(("oracle", 1, entry.blob))
+        fleet.prepare(1, Spawner(STATES, str(marker)))
+        worker.conn.send(("oracle", 1, fleet._blobs[1]))
         worker.conn.send(("solve", 1, 0, 1, 0, batch(1, flag_row=0)))  # a long solve with a child
         pid, child = map(int, wait_file(marker).split())
         assert pid == worker.process.pid and alive(child)
@@ -261,6 +240,7 @@ def test_thread_backend_threads_never_keep_the_interpreter_alive() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(90)
 def test_ctrl_c_on_the_thread_backend_ends_the_program() -> None:
     """Was: KeyboardInterrupt was raised, then the interpreter waited for the running solves."""
     start = time.monotonic()
@@ -301,7 +281,8 @@ pool.close()
 
 def test_a_worker_that_cannot_start_is_started_once() -> None:
     """Each failed start prints one traceback (the child's own): so start one, and do not retry."""
-    fleet = ProcessFleet(3, "forkserver", threads="many")  # type: ignore[arg-type]  # dies in start-up
+    options = RunnerOptions(workers=3, start_method="forkserver", worker_threads="many")  # type: ignore[arg-type]
+    fleet = ProcessRunner(options)  # its workers die in start-up
     started: list[int] = []
     spawn = fleet._spawn
     fleet._spawn = lambda: started.append(1) or spawn()  # type: ignore[method-assign]
@@ -314,6 +295,7 @@ def test_a_worker_that_cannot_start_is_started_once() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(150)
 def test_a_script_without_main_guard_prints_one_traceback(tmp_path: Path) -> None:
     script = tmp_path / "unguarded.py"
     script.write_text(_NO_MAIN_GUARD.format(root=str(ROOT)))
@@ -370,6 +352,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(330)
 def test_dask_worker_process_killed_gives_worker_crashed_then_recovers(tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     script = tmp_path / "dask_kill.py"

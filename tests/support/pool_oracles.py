@@ -76,6 +76,24 @@ class Hang(Enum):
         return super().solve(weights)
 
 
+class StoppableHang(Enum):
+    """Hangs on the flagged row as a library solve does: registered with the stop-solve registry, it
+    returns (raising) when stopped; ``stopped`` records that."""
+
+    def __init__(self, states: np.ndarray) -> None:
+        super().__init__(states)
+        self.stopped = threading.Event()
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        if weights[0] == FLAG:
+            from imle_solvers._interrupt import solving
+
+            with solving(self.stopped.set):
+                if self.stopped.wait(30.0):
+                    raise InfeasibleError("stopped")
+        return super().solve(weights)
+
+
 class Locked(Enum):
     """Holds a lock: cannot be pickled."""
 
@@ -154,3 +172,14 @@ class NestedPool(Enum):
 
         with SolverPool(2, "process", fallback=False) as pool:
             return pool.solve_batch(Enum(self.states), weights[None])[0]
+
+
+def silent_worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
+    """A process worker that reports ready, then swallows every message: it never answers a chunk,
+    not even with a failure (as if it were stuck, or a bug dropped its reports)."""
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            conn.recv()
+        except (EOFError, OSError):
+            return
