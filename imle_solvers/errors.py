@@ -16,6 +16,7 @@ Hierarchy::
     ├── InvalidSolutionError                            a solver's state violates the declared model
     ├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
     ├── ConfigError              (also a ValueError)    a command's setting that cannot work
+    ├── DataError                (also a ValueError)    a data set on disk that is not in its format
     └── OutputError              (also an OSError)      a command's results could not be written
 
     UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "ConfigError",
+    "DataError",
     "ImleSolversError",
     "InfeasibleError",
     "InvalidSolutionError",
@@ -160,6 +162,20 @@ class ConfigError(ImleSolversError, ValueError):
     def __init__(self, reason: str, field: str | None = None) -> None:
         self.reason, self.field = reason, field
         super().__init__(f"{field} {reason}" if field else reason)
+
+
+class DataError(ImleSolversError, ValueError):
+    """A data set on disk that cannot be read in its documented format: a missing or unreadable file, an
+    array of the wrong shape or dtype, or values out of range.
+
+    ``.rows`` names the instances (the rows of the file's first axis) whose values are wrong; the message
+    names the file, then the instances: ``"… have negative weights (instances 3, 17)"``.
+    """
+
+    def _render(self) -> str:
+        if not self.rows:
+            return self.message
+        return f"{self.message} (instance{'s' if len(self.rows) > 1 else ''} {_format_rows(self.rows)})"
 
 
 class OutputError(ImleSolversError, OSError):

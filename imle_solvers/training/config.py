@@ -16,11 +16,20 @@ from typing import Any, ClassVar
 from .._checks import in_range, integer_at_least, non_negative_int, positive, positive_int
 from ..app.config import CommandConfig, option
 from ..app.session import device_name, resolve_device
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 from .methods import METHODS
-from .problems import DEFAULTS, MODELS, PROBLEMS
+from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
 
-__all__ = ["MODELS", "ORACLES", "SCHEDULES", "TrainConfig", "resolve_device"]
+__all__ = [
+    "AMP",
+    "CHANNELS_LAST",
+    "COMPILE",
+    "MODELS",
+    "ORACLES",
+    "SCHEDULES",
+    "TrainConfig",
+    "resolve_device",
+]
 
 SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]]] = {
     "constant": (None, None, None, ()),
@@ -33,6 +42,21 @@ paper (appendix, "Differentiating through Combinatorial Solvers")."""
 ORACLES = ("auto", "host", "device")
 NOISES = ("sog", "gumbel")
 BB_LOSSES = ("regret", "hamming")
+
+COMPILE = ("auto", "off", "graph", "model", "model+graph")
+"""``--compile``: ``graph`` records the whole training step (batch gather, model, noise, the layer's
+forward and backward solves, Adam) once as a CUDA graph and replays it; ``model`` compiles the model with
+``torch.compile`` (Inductor); ``model+graph`` both; ``off`` runs every operation eagerly. ``auto``: ``graph``
+on CUDA for the image problems with device-native oracles, ``off`` otherwise."""
+
+AMP = ("auto", "bf16", "off")
+"""``--amp``: ``bf16`` runs the model under bfloat16 autocast (the costs it predicts, the layers and the
+solvers stay float32); ``auto``: ``bf16`` for the CNNs on a CUDA device that supports it, ``off``
+otherwise."""
+
+CHANNELS_LAST = ("auto", "on", "off")
+"""``--channels-last``: the CNN's weights and the images in channels-last memory format; ``auto``: ``on``
+for the CNNs on CUDA, ``off`` otherwise."""
 
 
 def _count(value: Any) -> int:
@@ -62,6 +86,19 @@ def _text(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _folder_name(value: str) -> str:
+    if not value:
+        raise ValueError("must be a folder, got ''")
+    return value
+
+
+def _bf16_supported() -> bool:
+    """Whether the current CUDA device runs bfloat16 natively (Ampere and later)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TrainConfig(CommandConfig):
     """Settings of one ``imle-solvers train`` invocation; `run` takes it.
@@ -74,7 +111,7 @@ class TrainConfig(CommandConfig):
     Attributes
     ----------
     problem
-        ``shortest-path``, ``knapsack`` or ``terrain``.
+        ``shortest-path``, ``knapsack``, ``terrain`` or ``warcraft``.
     methods
         Method names (keys of [`METHODS`][imle_solvers.training.METHODS]); ``("all",)`` for every method.
     seeds
@@ -86,7 +123,8 @@ class TrainConfig(CommandConfig):
     lr
         Adam's learning rate.
     schedule
-        ``constant`` or ``paper`` (50 epochs, batch 70, lr 5e-4, lr ÷ 10 after epochs 30 and 40).
+        ``constant`` or ``paper`` (50 epochs, batch 70, lr 5e-4, lr ÷ 10 after epochs 30 and 40);
+        ``None``: the problem's (``paper`` for ``warcraft``, ``constant`` otherwise).
     lr_drops
         Epochs after which the learning rate is divided by 10 (default: the schedule's).
     n_train
@@ -100,9 +138,12 @@ class TrainConfig(CommandConfig):
     samples
         S of the perturbation methods.
     size
-        Terrain grid size K.
+        Grid size K of ``terrain`` and ``warcraft``.
+    data
+        ``warcraft``: the folder of the published files, ``DIR`` or ``DIR/KxK`` (see
+        [`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps]); ``None``: generated terrain maps.
     model
-        ``linear`` (shortest path, knapsack), ``terrain-cnn`` or ``resnet-stem`` (terrain).
+        ``linear`` (shortest path, knapsack), ``terrain-cnn`` or ``resnet-stem`` (terrain, warcraft).
     noise
         I-MLE perturbation: ``sog`` (SumOfGamma, κ from the oracle) or ``gumbel``.
     tau
@@ -120,6 +161,14 @@ class TrainConfig(CommandConfig):
     oracle
         ``device`` (device-native oracles), ``host`` (the solver-backed ones) or ``auto`` (device-native
         on a GPU, host on the CPU).
+    compile
+        How the training step runs (`COMPILE`): ``off``, ``graph`` (one CUDA graph per step), ``model``
+        (``torch.compile``), ``model+graph`` or ``auto``.
+    amp
+        ``bf16`` autocast of the model, ``off`` or ``auto`` (`AMP`).
+    channels_last
+        Channels-last memory format of the CNN and the images: ``on``, ``off`` or ``auto``
+        (`CHANNELS_LAST`).
     cache
         Keep generated terrain maps in the user cache folder (see `cache_dir`).
     out
@@ -184,11 +233,16 @@ examples:
         check=lambda v: positive("", v),
         default_text=lambda: _per_problem("lr", 2),
     )
-    schedule: str = option(
-        "constant",
+    schedule: str | None = option(
+        None,
         "paper: the Warcraft protocol, 50 epochs, batch 70, lr 5e-4 divided by 10 after epochs 30 and 40 "
         "(explicit options override it)",
         choices=tuple(SCHEDULES),
+        default_text=lambda: (
+            "the problem's: "
+            + "; ".join(f"{p} {s}" for p, s in SCHEDULE_DEFAULTS.items())
+            + "; constant otherwise"
+        ),
     )
     lr_drops: tuple[int, ...] | None = option(
         None,
@@ -211,11 +265,21 @@ examples:
         None, "S of the perturbation methods", check=_count, default_text=lambda: _per_problem("samples")
     )
     size: int = option(
-        12, "terrain grid size K (the paper: 12, 18, 24, 30)", check=lambda v: integer_at_least("", v, 2)
+        12,
+        "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
+        check=lambda v: integer_at_least("", v, 2),
+    )
+    data: str | None = option(
+        None,
+        "warcraft: the folder of the published files {train,val,test}_{maps,shortest_paths,"
+        "vertex_weights}.npy, DIR or DIR/KxK",
+        metavar="DIR",
+        check=_folder_name,
+        default_text="none: generated terrain maps",
     )
     model: str | None = option(
         None,
-        "linear (shortest-path, knapsack); terrain-cnn or resnet-stem (terrain; resnet-stem is the "
+        "linear (shortest-path, knapsack); terrain-cnn or resnet-stem (terrain, warcraft; resnet-stem is the "
         "paper's ResNet18 first block)",
         choices=MODELS,
         default_text=lambda: _per_problem("model"),
@@ -239,6 +303,21 @@ examples:
         "auto",
         "device: device-native oracles; host: solver-backed ones; auto: device-native on a GPU",
         choices=ORACLES,
+    )
+    compile: str = option(
+        "auto",
+        "graph: the whole training step recorded once as a CUDA graph and replayed; model: torch.compile "
+        "of the model; model+graph; off; auto: graph on CUDA for terrain and warcraft with device-native "
+        "oracles, else off",
+        choices=COMPILE,
+    )
+    amp: str = option(
+        "auto", "bf16: bfloat16 autocast of the model; auto: bf16 for the CNNs on CUDA, else off", choices=AMP
+    )
+    channels_last: str = option(
+        "auto",
+        "channels-last memory format of the CNN and the images; auto: on for the CNNs on CUDA",
+        choices=CHANNELS_LAST,
     )
     cache: bool = option(
         True,
@@ -268,17 +347,61 @@ examples:
                     "must be 'all' alone or method names, got " + repr(list(self.methods)), "methods"
                 )
             object.__setattr__(self, "methods", tuple(METHODS))
-        if self.model is not None and (self.model == "linear") != (self.problem != "terrain"):
-            fits = "terrain-cnn or resnet-stem" if self.problem == "terrain" else "linear"
+        image = self.problem in IMAGE_PROBLEMS
+        if self.model is not None and (self.model == "linear") == image:
+            fits = "terrain-cnn or resnet-stem" if image else "linear"
             raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
+        if self.data is not None and self.problem != "warcraft":
+            raise ConfigError(f"needs --problem warcraft, got problem {self.problem!r}", "data")
+        if "graph" in self.compile and (self.oracle == "host" or self.workers > 0):
+            raise ConfigError(
+                f"{self.compile} records the step on the device: it needs device-native oracles (--oracle "
+                f"device or auto, --workers 0), got --oracle {self.oracle} --workers {self.workers}",
+                "compile",
+            )
+
+    def preflight(self) -> None:
+        """The device and the output folder (as every command), then: ``--compile graph`` has a CUDA
+        device, and the Warcraft files of ``--data`` exist and hold the maps asked for (headers only)."""
+        super().preflight()
+        used = self.resolved()
+        if "graph" in used.compile and resolve_device(used.device).type != "cuda":
+            raise ConfigError(
+                f"{used.compile} records CUDA graphs: it needs a CUDA device, got --device {self.device}",
+                "compile",
+            )
+        if used.data is not None:
+            from ..data.warcraft import inspect_warcraft
+
+            assert used.n_train is not None and used.n_test is not None
+            try:
+                for split, wanted, flag in (
+                    ("train", used.n_train, "--n-train"),
+                    ("test", used.n_test, "--n-test"),
+                ):
+                    found = inspect_warcraft(used.data, used.size, split)
+                    if found.count < wanted:
+                        raise DataError(
+                            f"{found.path('maps')} holds {found.count} maps, {flag} asks for {wanted}"
+                        )
+            except DataError as exc:
+                raise ConfigError(str(exc), "data") from None
 
     def resolved(self) -> TrainConfig:
         """The configuration a run uses: explicit fields, else the schedule's values, else the problem's
-        defaults; no field is left ``None`` but ``out``."""
-        epochs, batch_size, lr, drops = SCHEDULES[self.schedule]
+        defaults; no field is left ``None`` but ``out`` and ``data``, and no ``auto`` but ``device`` and
+        ``oracle``.
+
+        The ``auto`` rules: on a CUDA device, the CNNs (``terrain-cnn``, ``resnet-stem``) train under
+        bfloat16 autocast (where the GPU supports it) in channels-last memory format, and the image
+        problems with device-native oracles record their step as a CUDA graph (``--compile graph``); on
+        the CPU, and for the linear models, every operation runs eagerly in float32.
+        """
+        schedule_name = self.schedule or SCHEDULE_DEFAULTS.get(self.problem, "constant")
+        epochs, batch_size, lr, drops = SCHEDULES[schedule_name]
         defaults = DEFAULTS[self.problem]
         schedule = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_drops": drops}
-        filled: dict[str, Any] = {}
+        filled: dict[str, Any] = {"schedule": schedule_name}
         for name in (
             "epochs",
             "batch_size",
@@ -296,4 +419,13 @@ examples:
             if value is None:
                 value = defaults[name]
             filled[name] = value
+        cuda = resolve_device(self.device).type == "cuda"
+        cnn = filled["model"] != "linear"
+        if self.amp == "auto":
+            filled["amp"] = "bf16" if cuda and cnn and _bf16_supported() else "off"
+        if self.channels_last == "auto":
+            filled["channels_last"] = "on" if cuda and cnn else "off"
+        if self.compile == "auto":
+            native = self.oracle != "host" and self.workers == 0
+            filled["compile"] = "graph" if cuda and self.problem in IMAGE_PROBLEMS and native else "off"
         return dataclasses.replace(self, **filled)

@@ -1,7 +1,14 @@
-"""One training run: a model, a method, Adam, per-epoch test regret and timings."""
+"""One training run: a model, a method, Adam, per-epoch test regret and timings.
+
+Inside an epoch nothing is read back from the device: each step (see ``step.py``) queues its work, the
+training loss accumulates on the device, and the progress bar shows a copy of it fetched without
+waiting once every `LOSS_EVERY` steps. The data sets move to the device once; batches are gathered there
+by index.
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -11,12 +18,17 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._device import upload
 from ..data.dataset import PTODataset
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
 from .methods import METHODS, MethodOptions
 from .results import TrainRun
+from .step import TrainStep, make_step
 
-__all__ = ["evaluate", "train_model"]
+__all__ = ["LOSS_EVERY", "evaluate", "train_model"]
+
+LOSS_EVERY = 10
+"""Steps between two updates of the progress bar's running loss."""
 
 try:  # a progress bar when tqdm is installed (a core dependency; a bare GPU image may lack it)
     from tqdm.auto import tqdm as _tqdm
@@ -31,8 +43,14 @@ def evaluate(
     oracle: MapOracle | None = None,
     pool: BatchSolver | None = None,
     batch: int = 1000,
+    *,
+    amp: bool = False,
 ) -> dict[str, float]:
     """Normalised regret and accuracy (share of instances whose decision has the optimal objective).
+
+    The accuracy is the Warcraft papers' measure: a decision counts as optimal when its objective under
+    the true weights equals the optimal one, ``|⟨c, ẑ⟩ − f*| ≤ 10⁻⁵·|f*| + 10⁻⁶`` (another optimal path
+    than the label's counts).
 
     Parameters
     ----------
@@ -46,6 +64,8 @@ def evaluate(
         Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     batch
         Instances per model / oracle call.
+    amp
+        Run the model under bfloat16 autocast (the predicted weights are solved in float64).
     """
     oracle = data.oracle if oracle is None else oracle
     was_training = model.training
@@ -57,7 +77,9 @@ def evaluate(
     hits = torch.zeros((), dtype=torch.int64, device=device)
     for i in range(0, len(data), batch):
         x, c, f_star = (t[i : i + batch] for t in (data.features, data.costs, data.objectives))
-        c_hat = model(x).to(torch.float64)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            c_hat = model(x)
+        c_hat = c_hat.to(torch.float64)
         z_hat = map_solve(oracle, sign * c_hat, pool)  # decisions ẑ = MAP(θ̂)   [n, m]
         obj = (c.to(torch.float64) * z_hat).sum(-1)  # ⟨c, ẑ⟩   [n]
         f64 = f_star.to(torch.float64)
@@ -87,6 +109,10 @@ def train_model(
     lr_milestones: tuple[int, ...] = (),
     device: str | torch.device | None = None,
     eval_batch: int = 1000,
+    compile: str = "off",
+    amp: bool = False,
+    channels_last: bool = False,
+    time_limit: float | None = None,
 ) -> TrainRun:
     """Train ``model`` with one method; test regret before training and after every epoch.
 
@@ -118,7 +144,8 @@ def train_model(
         The method's [`MethodOptions`][imle_solvers.training.methods.MethodOptions] (or a dict of its
         fields); ``pool`` is added to them.
     show_progress
-        A progress bar per epoch with the running loss (when tqdm is installed).
+        A progress bar per epoch with the running loss (when tqdm is installed), updated every
+        `LOSS_EVERY` steps from a copy of the loss fetched without waiting for the device.
     lr_milestones
         Epochs after which the learning rate is divided by 10.
     device
@@ -127,20 +154,35 @@ def train_model(
         host copy of each batch (default: leave everything where it is).
     eval_batch
         Test instances per model / oracle call in the evaluation.
+    compile
+        ``"off"`` (eager steps), ``"graph"`` (each full batch one replay of a CUDA graph of the whole
+        step; CUDA only, Adam then runs with ``capturable=True``), ``"model"`` (the model compiled by
+        ``torch.compile``) or ``"model+graph"``; see
+        [`GraphStep`][imle_solvers.training.step.GraphStep].
+    amp
+        Run the model under bfloat16 autocast, in training and evaluation.
+    channels_last
+        Put the model's weights and the image features (4-D) in channels-last memory format.
+    time_limit
+        Stop after the epoch during which the training time (evaluations excluded) passed this many
+        seconds; the run then has fewer than ``epochs`` epochs (``None``: no limit).
 
     Returns
     -------
     TrainRun
         ``method``, ``seed``, ``regret`` and ``accuracy`` (final), ``curve`` (regret after 0..epochs
         epochs), ``accuracy_curve``, ``epoch_time`` (seconds per training epoch, evaluation excluded),
-        ``epoch_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each epoch) and
-        ``settings`` (the method's hyper-parameters as used).
+        ``epoch_times``, ``eval_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each
+        epoch), ``settings`` (the method's hyper-parameters as used) and ``step`` (how the steps ran).
     """
     if device is not None:
         dev = torch.device(device)
         model.to(dev)
         train, test = train.to(dev), test.to(dev)
     dev = train.costs.device
+    if channels_last:
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        train, test = _channels_last(train), _channels_last(test)
     oracle = train.oracle if train_oracle is None else train_oracle
     torch.manual_seed(seed)  # the method's noise (on CUDA too)
     options = (
@@ -155,49 +197,45 @@ def train_model(
     method = METHODS[method_name](oracle, options)
     for module in method.modules:
         module.to(dev)  # layers with state (AdaptiveTarget) keep it beside the weights
-    opt = torch.optim.Adam(list(model.parameters()), lr=lr)
+    capturable = "graph" in compile and dev.type == "cuda"  # Adam's step count on the device
+    opt = torch.optim.Adam(list(model.parameters()), lr=lr, capturable=capturable)
+    running = torch.zeros((), device=dev)  # Σ training loss of the epoch, summed on the device
+    step = make_step(compile, model, method, opt, train, running, batch_size=batch_size, amp=amp)
     gen = torch.Generator().manual_seed(seed)  # batch order, the same on every device
-    first = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch)
+    start = time.perf_counter()
+    first = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp)
     curve, acc_curve = [first["regret"]], [first["accuracy"]]
+    eval_times = [time.perf_counter() - start]
     times: list[float] = []
     losses: list[float] = []
     lrs: list[float] = []
     n = len(train)
-    n_batches = (n + batch_size - 1) // batch_size
     for epoch in range(epochs):
         model.train()
         method.train()
         _synchronize(dev)
         start = time.perf_counter()
-        perm = torch.randperm(n, generator=gen).to(dev)  # one copy per epoch
-        running = torch.zeros((), device=dev)  # summed on the device: no host sync per step
-        bar = _progress_bar(n_batches, f"{method_name} {epoch + 1}/{epochs}", show_progress)
-        for b in range(n_batches):
-            idx = perm[b * batch_size : (b + 1) * batch_size]
-            batch = (train.features[idx], train.costs[idx], train.solutions[idx], train.objectives[idx])
-            c_hat = model(batch[0])  # predicted weights   [B, m]
-            loss, per = method.loss(c_hat, batch)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            running += per.detach().sum()
-            if bar is not None:
-                bar.update(1)
-                if b % 10 == 9 or b == n_batches - 1:  # the running loss (a host sync: not every step)
-                    mean = float(running) / min(n, (b + 1) * batch_size)
-                    bar.set_postfix(loss=f"{mean:.4g}", refresh=False)
+        perm = upload(torch.randperm(n, generator=gen), dev)  # one copy per epoch, without waiting
+        running.zero_()
+        bar = _progress_bar(-(-n // batch_size), f"{method_name} {epoch + 1}/{epochs}", show_progress)
+        _train_epoch(step, perm, batch_size, _LossDisplay(bar, running, n, batch_size))
         if bar is not None:
             bar.close()
         lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
         if epoch + 1 in lr_milestones:
             for group in opt.param_groups:
                 group["lr"] *= 0.1
+            step.lr_changed()
         _synchronize(dev)
         times.append(time.perf_counter() - start)
-        losses.append(float(running) / max(n, 1))
-        ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch)
+        losses.append(float(running) / max(n, 1))  # the epoch's one read of the loss
+        start = time.perf_counter()
+        ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp)
+        eval_times.append(time.perf_counter() - start)
         curve.append(ev["regret"])
         acc_curve.append(ev["accuracy"])
+        if time_limit is not None and sum(times) >= time_limit:
+            break
     return TrainRun(
         method=method_name,
         seed=seed,
@@ -210,7 +248,62 @@ def train_model(
         train_loss=losses,
         lr=lrs,
         settings=dict(method.settings),
+        eval_times=eval_times,
+        step=step.kind,
     )
+
+
+def _train_epoch(step: TrainStep, perm: torch.Tensor, batch_size: int, display: _LossDisplay) -> None:
+    """The steps of one epoch, in the order ``perm``: no host synchronisation (the loss display reads
+    a copy of the loss only when it has arrived)."""
+    for b, start in enumerate(range(0, len(perm), batch_size)):
+        step(perm[start : start + batch_size])  # indices of the batch, on the device   [B]
+        display.update(b)
+
+
+class _LossDisplay:
+    """The running loss on the progress bar, refreshed every `LOSS_EVERY` steps without a host
+    synchronisation: on CUDA the loss is copied into pinned memory without blocking and shown once the
+    copy has arrived (a CUDA event says so), on the CPU it is read directly."""
+
+    def __init__(self, bar: Any, running: torch.Tensor, n: int, batch_size: int) -> None:
+        self.bar, self.running, self.n, self.batch_size = bar, running, n, batch_size
+        self.cuda = running.device.type == "cuda"
+        self.last = -(-n // batch_size) - 1
+        self.pending: tuple[Any, torch.Tensor, int] | None = None  # (event, pinned copy, instances)
+
+    def update(self, b: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        if (b + 1) % LOSS_EVERY and b != self.last:
+            return
+        seen = min(self.n, (b + 1) * self.batch_size)
+        if not self.cuda:
+            self._show(float(self.running), seen)
+            return
+        if self.pending is not None:
+            event, copy_, count = self.pending
+            if not event.query():  # not arrived yet: show it next time
+                return
+            self._show(float(copy_), count)  # pinned host memory, already written: no synchronisation
+        copy_ = torch.empty((), dtype=self.running.dtype, pin_memory=True)
+        copy_.copy_(self.running, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        self.pending = (event, copy_, seen)
+
+    def _show(self, total: float, count: int) -> None:
+        self.bar.set_postfix(loss=f"{total / max(count, 1):.4g}", refresh=False)
+
+
+def _channels_last(data: PTODataset) -> PTODataset:
+    """``data`` with 4-D features (images) in channels-last memory format (a copy only where needed)."""
+    if data.features.dim() != 4 or data.features.is_contiguous(memory_format=torch.channels_last):
+        return data
+    converted = copy.copy(data)
+    converted.features = data.features.contiguous(memory_format=torch.channels_last)
+    return converted
 
 
 def _synchronize(device: torch.device) -> None:

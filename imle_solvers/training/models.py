@@ -21,6 +21,14 @@ def linear_model(num_features: int, n_vars: int) -> nn.Module:
     return nn.Linear(num_features, n_vars)
 
 
+def _costs(head: nn.Module, features: torch.Tensor, floor: float) -> torch.Tensor:
+    """``softplus(head(h)) + floor`` flattened to ``(B, K·K)``, in float32 even under autocast: costs
+    rounded to bfloat16 (3 significant digits) would tie paths that differ, and the solvers take float32."""
+    with torch.autocast(features.device.type, enabled=False):
+        costs = F.softplus(head(features.float())) + floor  # positive costs   [B, 1, K, K]
+    return costs.flatten(1)  # row-major cells   [B, K·K]
+
+
 class TerrainCNN(nn.Module):
     """A small CNN mapping a terrain image to positive per-cell costs (the paper's sec. 6 Warcraft setup
     uses the first block of a ResNet18 followed by a pooling to the K×K grid; this is a lighter version
@@ -67,8 +75,7 @@ class TerrainCNN(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         h = self.block(self.stem(as_float_images(images)))  # [B, w, 2K, 2K]
         h = F.adaptive_max_pool2d(h, self.size)  # one feature vector per cell   [B, w, K, K]
-        costs = F.softplus(self.head(h)) + self.floor  # positive costs   [B, 1, K, K]
-        return costs.flatten(1)  # row-major cells   [B, K·K]
+        return _costs(self.head, h, self.floor)
 
 
 class _BasicBlock(nn.Module):
@@ -129,5 +136,4 @@ class ResNetStemCNN(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         h = self.stage(self.stem(as_float_images(images)))  # [B, w, H/4, W/4]
         h = F.adaptive_max_pool2d(h, self.size)  # one feature vector per cell   [B, w, K, K]
-        costs = F.softplus(self.head(h)) + self.floor  # positive costs   [B, 1, K, K]
-        return costs.flatten(1)  # row-major cells   [B, K·K]
+        return _costs(self.head, h, self.floor)

@@ -13,13 +13,27 @@ from torch import nn
 from ..adapters.clamp import ClampedCosts
 from ..app.registry import Registry
 from ..data.dataset import PTODataset
+from ..errors import ConfigError, DataError
 from ..oracle import MapOracle, TorchOracle
 from .models import ResNetStemCNN, TerrainCNN, linear_model
 
-__all__ = ["DEFAULTS", "MODELS", "PROBLEMS", "Problem", "ProblemSpec", "make_problem"]
+__all__ = [
+    "DEFAULTS",
+    "IMAGE_PROBLEMS",
+    "MODELS",
+    "PROBLEMS",
+    "SCHEDULE_DEFAULTS",
+    "Problem",
+    "ProblemSpec",
+    "make_problem",
+]
 
 MODELS = ("linear", "terrain-cnn", "resnet-stem")
-"""The models: ``linear`` for the PyEPO problems, ``terrain-cnn`` and ``resnet-stem`` for terrain."""
+"""The models: ``linear`` for the PyEPO problems, ``terrain-cnn`` and ``resnet-stem`` for the image
+problems (`IMAGE_PROBLEMS`)."""
+
+IMAGE_PROBLEMS = ("terrain", "warcraft")
+"""The problems whose features are images (trained with a CNN)."""
 
 _PYEPO = {
     "lr": 1e-2,
@@ -48,10 +62,26 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "bb_loss": "hamming",
         "dpo_samples": 10,
     },
+    "warcraft": {
+        "lr": 5e-4,
+        "batch_size": 70,
+        "epochs": 50,
+        "samples": 1,
+        "n_train": 10_000,
+        "n_test": 1000,
+        "model": "resnet-stem",
+        "eval_batch": 250,
+        "bb_loss": "hamming",
+        "dpo_samples": 10,
+    },
 }
 """Problem → default settings: `TrainConfig` fields left ``None`` take these; ``eval_batch`` (test
 instances per evaluation call) and ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where it differs from
-``samples``) are not options."""
+``samples``) are not options. ``warcraft`` defaults to the paper's protocol (its ``--schedule`` is
+``paper``, see `SCHEDULE_DEFAULTS`)."""
+
+SCHEDULE_DEFAULTS = {"warcraft": "paper"}
+"""Problem → its ``--schedule`` when none is given (``constant`` for the others)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +135,8 @@ class ProblemSpec:
         ``"device"``, ``"host"`` or ``"auto"``.
     cache
         Keep generated data in the user cache folder.
+    data
+        The folder of the published Warcraft files (``warcraft``; ``None``: generated terrain maps).
     """
 
     n_train: int
@@ -119,6 +151,7 @@ class ProblemSpec:
     device: str | torch.device = "cpu"
     oracle: str = "auto"
     cache: bool = False
+    data: str | None = None
 
     @property
     def native(self) -> bool:
@@ -177,27 +210,83 @@ def terrain_problem(spec: ProblemSpec) -> Problem:
     """K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths."""
     from ..data.terrain import terrain_maps
 
-    model = DEFAULTS["terrain"]["model"] if spec.model is None else spec.model
-    if model not in ("terrain-cnn", "resnet-stem"):
-        raise ValueError(f"problem 'terrain' uses terrain-cnn or resnet-stem, got model {model!r}")
-    size = spec.size
+    model = _image_model("terrain", spec)
     data = terrain_maps(
-        spec.n_train + spec.n_test, size=size, seed=spec.seed, image_dtype=torch.uint8, cache=spec.cache
+        spec.n_train + spec.n_test, size=spec.size, seed=spec.seed, image_dtype=torch.uint8, cache=spec.cache
     )
     train, test = data.split(spec.n_train)
+    return _image_problem("terrain", train, test, model, spec)
+
+
+def warcraft_problem(spec: ProblemSpec) -> Problem:
+    """The paper's Warcraft K×K protocol: the published maps (--data) or generated ones, ResNet18 stem.
+
+    With ``spec.data`` the first ``n_train`` maps of the published training split and the first
+    ``n_test`` of its test split ([`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps]; the seed
+    then fixes the model and the noise only); without it, generated terrain maps as for ``terrain``.
+    The perturbation's κ is the mean number of cells of the training paths (the paper's sec. 6:
+    "the empirical mean of the path lengths"), read by ``SumOfGamma`` from the oracles'
+    ``expected_nonzeros``.
+    """
+    model = _image_model("warcraft", spec)
+    if spec.data is None:
+        from ..data.terrain import terrain_maps
+
+        data = terrain_maps(
+            spec.n_train + spec.n_test,
+            size=spec.size,
+            seed=spec.seed,
+            image_dtype=torch.uint8,
+            cache=spec.cache,
+        )
+        train, test = data.split(spec.n_train)
+    else:
+        from ..data.warcraft import warcraft_maps
+
+        try:
+            train = warcraft_maps(spec.data, spec.size, "train", spec.n_train)
+            test = warcraft_maps(spec.data, spec.size, "test", spec.n_test)
+        except DataError as exc:  # the files are a setting of the command: one line, exit status 2
+            raise ConfigError(str(exc), "data") from None
+    kappa = float(train.solutions.sum(-1).mean()) if len(train) else None  # mean path length
+    return _image_problem("warcraft", train, test, model, spec, kappa)
+
+
+def _image_model(name: str, spec: ProblemSpec) -> str:
+    model = DEFAULTS[name]["model"] if spec.model is None else spec.model
+    if model not in ("terrain-cnn", "resnet-stem"):
+        raise ValueError(f"problem {name!r} uses terrain-cnn or resnet-stem, got model {model!r}")
+    return str(model)
+
+
+def _image_problem(
+    name: str, train: PTODataset, test: PTODataset, model: str, spec: ProblemSpec, kappa: float | None = None
+) -> Problem:
+    """The grid-path oracles (8 neighbours; costs clamped at 0 in training) and the CNN of a problem."""
+    size = spec.size
+    host = train.oracle
     grid_native = _torch_grid(size) if spec.native else None
+    if kappa is not None:  # SumOfGamma's κ, as every oracle reports it
+        for oracle in (host, grid_native):
+            if oracle is not None:
+                oracle.expected_nonzeros = kappa
     clamped_native = ClampedCosts(grid_native, 0.0) if grid_native is not None else None
-    train_oracle = _choose(ClampedCosts(data.oracle, 0.0), clamped_native, spec.native, spec.oracle)
-    eval_oracle = _choose(data.oracle, grid_native, spec.native, spec.oracle)
+    train_oracle = _choose(ClampedCosts(host, 0.0), clamped_native, spec.native, spec.oracle)
+    eval_oracle = _choose(host, grid_native, spec.native, spec.oracle)
     factory: Callable[[], nn.Module] = (
         (lambda: TerrainCNN(size)) if model == "terrain-cnn" else (lambda: ResNetStemCNN(size))
     )
-    return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS["terrain"])
+    return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS[name])
 
 
 PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
     "problem",
-    {"shortest-path": shortest_path_problem, "knapsack": knapsack_problem, "terrain": terrain_problem},
+    {
+        "shortest-path": shortest_path_problem,
+        "knapsack": knapsack_problem,
+        "terrain": terrain_problem,
+        "warcraft": warcraft_problem,
+    },
 )
 """Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its
 `DEFAULTS`."""
@@ -218,6 +307,7 @@ def make_problem(
     device: str | torch.device = "cpu",
     oracle: str = "auto",
     cache: bool = False,
+    data: str | None = None,
 ) -> Problem:
     """Build ``name`` (a key of `PROBLEMS`) with data seed ``seed``: ``PROBLEMS[name](ProblemSpec(...))``.
 
@@ -229,7 +319,8 @@ def make_problem(
     (the knapsack: ``TorchKnapsack`` unless ``"host"``). Where a device-native oracle is not installed,
     ``"auto"`` keeps the host one and ``"device"`` raises ``ValueError``. Terrain maps are stored as
     ``uint8`` images, kept in the user cache when ``cache``; ``model`` is ``terrain-cnn`` (default) or
-    ``resnet-stem`` for terrain, ``linear`` otherwise.
+    ``resnet-stem`` for terrain, ``linear`` otherwise. ``data`` is the folder of the published Warcraft
+    files (problem ``warcraft`` only).
     """
     if name not in PROBLEMS:
         raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
@@ -246,6 +337,7 @@ def make_problem(
         device=device,
         oracle=oracle,
         cache=cache,
+        data=data,
     )
     return PROBLEMS[name](spec)
 

@@ -50,6 +50,12 @@ class TrainRun:
         The learning rate each epoch trained with.
     settings
         The method's hyper-parameters as used (S, the noise, the target, λ...).
+    eval_times
+        Seconds of each evaluation of the test set (before training, then after every epoch).
+    step
+        How the training steps ran: ``off`` (eager), ``graph``, ``model`` or ``model+graph`` (see
+        [`TrainConfig`][imle_solvers.training.TrainConfig]'s ``compile``), or why a CUDA graph fell back to
+        eager steps.
     problem, device, model, oracle
         Where it ran (filled in by [`run`][imle_solvers.training.run]).
     """
@@ -65,6 +71,8 @@ class TrainRun:
     train_loss: list[float]
     lr: list[float]
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    eval_times: list[float] = dataclasses.field(default_factory=list)
+    step: str = "off"
     problem: str = ""
     device: str = ""
     model: str = ""

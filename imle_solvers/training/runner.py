@@ -22,6 +22,9 @@ def title(config: TrainConfig) -> str:
     """One line naming the problem of a resolved configuration (tables and plots)."""
     if config.problem == "terrain":
         return f"terrain {config.size}×{config.size}, {config.model}"
+    if config.problem == "warcraft":
+        source = "generated maps" if config.data is None else config.data
+        return f"Warcraft {config.size}×{config.size} ({source}), {config.model}"
     return f"{config.problem}, deg {config.deg}"
 
 
@@ -91,6 +94,7 @@ def _train_all(config: TrainConfig, session: Session) -> None:
                 device=device,
                 oracle=config.oracle,
                 cache=config.cache,
+                data=config.data,
             )
             train, test = prob.train.to(device), prob.test.to(device)  # one copy per seed
             noise: NoiseDistribution = (
@@ -122,6 +126,9 @@ def _train_all(config: TrainConfig, session: Session) -> None:
                     lr_milestones=config.lr_drops or (),
                     device=device,
                     eval_batch=extra["eval_batch"],
+                    compile=config.compile,
+                    amp=config.amp == "bf16",
+                    channels_last=config.channels_last == "on",
                 )
                 result = dataclasses.replace(
                     result,
@@ -141,6 +148,6 @@ def _train_all(config: TrainConfig, session: Session) -> None:
 def _report(result: TrainRun) -> None:
     print(
         f"  {result.method:<10} seed {result.seed}: test regret {result.regret:.4f}, "
-        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch",
+        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch ({result.step} steps)",
         flush=True,
     )

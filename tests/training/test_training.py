@@ -147,7 +147,14 @@ def test_cli_writes_json_and_png(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "linear",
     )
     assert (config["lr_drops"], config["bb_loss"], config["epochs"]) == ([], "regret", 2)
-    assert all(value is not None for value in config.values())
+    assert (config["schedule"], config["compile"], config["amp"], config["channels_last"]) == (
+        "constant",
+        "off",
+        "off",
+        "off",
+    )  # the CPU's rule for "auto"
+    assert config["data"] is None  # generated data
+    assert all(value is not None for key, value in config.items() if key != "data")
     row = result["summary"][0]
     assert set(row) >= {"regret_mean", "regret_std", "accuracy_mean", "accuracy_std", "epoch_time_mean"}
     regrets = [r["regret"] for r in result["runs"] if r["method"] == "spo+"]

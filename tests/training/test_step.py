@@ -1,0 +1,402 @@
+"""The training step: eager, recorded (the logic of the CUDA graph step on the CPU, the graph on CUDA),
+compiled, bfloat16 autocast and channels-last; no host read inside an epoch."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import torch
+
+import imle_solvers.training.loop as loop
+import imle_solvers.training.step as step_module
+from imle_solvers.training import TrainRun, make_problem, train_model
+from imle_solvers.training.methods import build_method
+from imle_solvers.training.problems import Problem
+from imle_solvers.training.step import GraphStep, TrainStep, make_step
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory: pytest.TempPathFactory) -> Problem:
+    """30 + 12 generated 4×4 Warcraft maps (32×32 pixels) with the small CNN, solved on the CPU."""
+    return make_problem("warcraft", 30, 12, 0, size=4, model="terrain-cnn", oracle="device")
+
+
+def _train(
+    problem: Problem, method: str = "imle-mumu", seed: int = 0, **options: Any
+) -> tuple[TrainRun, Any]:
+    torch.manual_seed(seed)
+    model = problem.model()
+    run = train_model(
+        model,
+        method,
+        problem.train,
+        problem.test,
+        epochs=2,
+        batch_size=8,  # batches 8, 8, 8 and a last one of 6
+        lr=1e-2,
+        seed=seed,
+        train_oracle=problem.train_oracle,
+        eval_oracle=problem.eval_oracle,
+        method_options={"samples": 2},
+        show_progress=False,
+        lr_milestones=(1,),
+        eval_batch=8,
+        **options,
+    )
+    return run, model
+
+
+def _same_run(a: TrainRun, b: TrainRun) -> None:
+    assert a.curve == b.curve and a.accuracy_curve == b.accuracy_curve and a.train_loss == b.train_loss
+    assert a.lr == b.lr
+
+
+class InlineRecorder:
+    """A `Recorder` without CUDA: warm-up calls the step, a "recording" is the step function itself."""
+
+    log: ClassVar[list[str]] = []
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def warm_up(self, fn: Callable[[], None]) -> None:
+        self.log.append("warm-up")
+        fn()
+
+    def record(self, fn: Callable[[], None]) -> Callable[[], None]:
+        self.log.append("record")
+
+        def replay() -> None:
+            self.log.append("replay")
+            fn()
+
+        return replay
+
+
+class FailingRecorder(InlineRecorder):
+    def record(self, fn: Callable[[], None]) -> Callable[[], None]:
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore text")
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_the_recorded_step_replays_the_eager_step(
+    problem: Problem, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eager, eager_model = _train(problem, seed=seed)
+    InlineRecorder.log = []
+    monkeypatch.setattr(step_module, "CudaGraphRecorder", InlineRecorder)
+    graph, graph_model = _train(problem, seed=seed, compile="graph")
+    _same_run(graph, eager)  # the static index buffer, the replays and the eager last batch: same steps
+    for p, q in zip(graph_model.parameters(), eager_model.parameters()):
+        assert torch.equal(p, q)
+    assert graph.step == "graph" and eager.step == "off"
+    # epoch 1: 2 warm-up steps, a recording replayed for the third batch, the last (6 maps) eagerly;
+    # epoch 2: the learning rate changed, so the step is recorded again and replayed for every full batch
+    assert InlineRecorder.log == [
+        "warm-up",
+        "warm-up",
+        "record",
+        "replay",
+        "record",
+        "replay",
+        "replay",
+        "replay",
+    ]
+
+
+def test_a_step_that_cannot_be_recorded_runs_eagerly(
+    problem: Problem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    eager, _ = _train(problem)
+    monkeypatch.setattr(step_module, "CudaGraphRecorder", FailingRecorder)
+    with pytest.warns(RuntimeWarning, match="could not be recorded as a CUDA graph") as caught:
+        fallback, _ = _train(problem, compile="graph")
+    assert len(caught) == 1  # once, not per step
+    _same_run(fallback, eager)
+    assert fallback.step == (
+        "off (recording the CUDA graph failed: RuntimeError: CUDA error: operation not permitted when stream "
+        "is capturing)"
+    )
+
+
+def test_make_step_and_its_errors(problem: Problem) -> None:
+    model = problem.model()
+    method = build_method("imle-mumu", problem.train_oracle, samples=1)
+    opt = torch.optim.Adam(model.parameters())
+    running = torch.zeros(())
+    assert type(make_step("off", model, method, opt, problem.train, running, batch_size=8)) is TrainStep
+    with pytest.raises(
+        ValueError, match="compile must be one of 'off', 'graph', 'model', 'model\\+graph', got 'fast'"
+    ):
+        make_step("fast", model, method, opt, problem.train, running, batch_size=8)
+    with pytest.raises(ValueError, match="CUDA graphs record work on a CUDA device, got cpu"):
+        GraphStep(model, method, opt, problem.train, running, batch_size=8)
+    step = make_step("off", model, method, opt, problem.train, running, batch_size=8)
+    step(torch.arange(8))
+    assert running > 0 and all(p.grad is not None for p in model.parameters())  # one full step ran
+
+
+def test_the_compiled_model_trains_as_the_eager_one(
+    problem: Problem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(step_module, "COMPILE_BACKEND", "aot_eager")  # torch.compile, no code generation
+    eager, eager_model = _train(problem)
+    compiled, compiled_model = _train(problem, compile="model")
+    assert compiled.step == "model"
+    np.testing.assert_allclose(compiled.train_loss, eager.train_loss, rtol=1e-4)
+    np.testing.assert_allclose(compiled.curve, eager.curve, rtol=1e-4, atol=1e-6)
+    for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_inductor_compiled_model_trains_as_the_eager_one(problem: Problem) -> None:
+    eager, _ = _train(problem, method="two-stage")
+    compiled, _ = _train(problem, method="two-stage", compile="model")
+    np.testing.assert_allclose(compiled.train_loss, eager.train_loss, rtol=1e-4)
+
+
+def test_bf16_autocast_stays_close_to_float32(problem: Problem) -> None:
+    torch.manual_seed(0)
+    model = problem.model()
+    x = problem.train.features[:8]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(x)
+    assert low.dtype == torch.float32  # the cost head runs in float32 under autocast
+    np.testing.assert_allclose(low.detach().numpy(), model(x).detach().numpy(), rtol=0.03, atol=1e-3)
+    # the gradient of a regression loss through the autocast model points the same way (no solver involved)
+    grads = []
+    for enabled in (False, True):
+        model.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
+            c_hat = model(x)
+        ((c_hat - problem.train.costs[:8]) ** 2).mean().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.nn.functional.cosine_similarity(grads[0], grads[1], dim=0) > 0.99
+    plain, _ = _train(problem, method="two-stage")
+    amp, _ = _train(problem, method="two-stage", amp=True)
+    np.testing.assert_allclose(amp.train_loss, plain.train_loss, rtol=0.03)
+    # through the solver: the same learning curve up to a few decisions
+    plain, _ = _train(problem)
+    amp, _ = _train(problem, amp=True)
+    np.testing.assert_allclose(amp.train_loss, plain.train_loss, rtol=0.1)  # a sampled path may differ
+    assert abs(amp.regret - plain.regret) < 0.05 and abs(amp.accuracy - plain.accuracy) <= 2 / 12
+
+
+def test_channels_last_changes_the_layout_not_the_result(problem: Problem) -> None:
+    plain, _ = _train(problem)
+    last, last_model = _train(problem, channels_last=True)
+    np.testing.assert_allclose(last.train_loss, plain.train_loss, rtol=1e-4)
+    np.testing.assert_allclose(last.curve, plain.curve, rtol=1e-4, atol=1e-6)
+    assert last_model.stem.weight.is_contiguous(memory_format=torch.channels_last)
+    assert problem.train.features.is_contiguous()  # the caller's data set is not changed
+    converted = loop._channels_last(problem.train)
+    assert converted.features.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(converted.features, problem.train.features) and converted.costs is problem.train.costs
+    assert loop._channels_last(converted) is converted  # nothing to do: the same data set
+
+
+READS = ("item", "__float__", "__int__", "__bool__", "tolist", "cpu", "numpy")
+
+
+@contextmanager
+def host_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
+    """Count the tensor reads (``.item()``, ``float(t)``, ``.cpu()``...) that the training package makes
+    inside ``_train_epoch``, by function."""
+    counts: Counter[str] = Counter()
+    active = [False]
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def read(self: torch.Tensor, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_code
+            if active[0] and "imle_solvers/training/" in caller.co_filename.replace("\\", "/"):
+                counts[caller.co_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+    epoch = loop._train_epoch
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        active[0] = True
+        try:
+            epoch(*args, **kwargs)
+        finally:
+            active[0] = False
+
+    monkeypatch.setattr(loop, "_train_epoch", counted)
+    yield counts
+
+
+@pytest.mark.parametrize("n_train", [30, 64])
+def test_no_host_read_inside_an_epoch_but_the_loss_display(
+    problem: Problem, n_train: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = make_problem("warcraft", n_train, 4, 1, size=4, model="terrain-cnn", oracle="device").train
+    data = Problem(train, problem.test, problem.model, problem.train_oracle, problem.eval_oracle, {})
+    with host_reads(monkeypatch) as counts:
+        _train(data)
+    assert not counts  # the steps, the method's loss and the loop read nothing back
+    monkeypatch.setattr(loop, "_progress_bar", lambda total, desc, show: _Bar())
+    with host_reads(monkeypatch) as counts:
+        _train(data)
+    batches = -(-n_train // 8)
+    shown = batches // loop.LOSS_EVERY + (batches % loop.LOSS_EVERY != 0)  # every 10 steps and the last
+    assert counts == Counter({"update": 2 * shown})  # 2 epochs; on CUDA a copy that has already arrived
+
+
+class _Bar:
+    """A progress bar that records what it is told."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_postfix(self, **kwargs: Any) -> None:
+        assert float(kwargs["loss"]) > 0
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_loss_display_on_the_cpu() -> None:
+    bar = _Recorder()
+    running = torch.tensor(0.0)
+    display = loop._LossDisplay(bar, running, n=25, batch_size=2)  # 13 steps, the last of 1 instance
+    for b in range(13):
+        running += 2.0 if b < 12 else 1.0  # a loss of 1 per instance
+        display.update(b)
+    assert bar.updates == 13 and bar.shown == ["1", "1"]  # after step 10 and after the last step
+    loop._LossDisplay(None, running, 25, 2).update(0)  # no bar: nothing to do
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.updates, self.shown = 0, []
+
+    def update(self, n: int) -> None:
+        self.updates += n
+
+    def set_postfix(self, **kwargs: str) -> None:
+        self.shown.append(kwargs["loss"])
+
+
+def test_time_limit_stops_after_the_epoch_that_passes_it(problem: Problem) -> None:
+    torch.manual_seed(0)
+    run = train_model(
+        problem.model(),
+        "two-stage",
+        problem.train,
+        problem.test,
+        epochs=5,
+        show_progress=False,
+        time_limit=0.0,
+    )
+    assert len(run.epoch_times) == 1 and len(run.curve) == 2 and len(run.eval_times) == 2
+    run = train_model(
+        problem.model(),
+        "two-stage",
+        problem.train,
+        problem.test,
+        epochs=2,
+        show_progress=False,
+        time_limit=1e9,
+    )
+    assert len(run.epoch_times) == 2
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@contextmanager
+def no_sync_in_epochs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """``torch.cuda.set_sync_debug_mode("error")`` inside every ``_train_epoch``: a host synchronisation
+    there raises."""
+    epoch = loop._train_epoch
+
+    def strict(*args: Any, **kwargs: Any) -> None:
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            epoch(*args, **kwargs)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    monkeypatch.setattr(loop, "_train_epoch", strict)
+    yield
+
+
+def _cuda_train(problem: Problem, method: str, **options: Any) -> tuple[TrainRun, Any]:
+    torch.manual_seed(0)
+    model = problem.model()
+    run = train_model(
+        model,
+        method,
+        problem.train,
+        problem.test,
+        epochs=3,
+        batch_size=8,
+        lr=1e-2,
+        seed=0,
+        train_oracle=problem.train_oracle,
+        eval_oracle=problem.eval_oracle,
+        method_options={"samples": 2},
+        show_progress=True,
+        lr_milestones=(2,),
+        eval_batch=8,
+        device="cuda",
+        **options,
+    )
+    return run, model
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method", ["imle-mumu", "imle-mm", "dbb"])
+def test_cuda_graph_step_matches_eager_without_host_sync(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.backends.cudnn.benchmark = False
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    problem = make_problem("warcraft", 30, 12, 0, size=4, model="resnet-stem", device="cuda", oracle="device")
+    with no_sync_in_epochs(monkeypatch), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed recording would warn
+        eager, eager_model = _cuda_train(problem, method)
+        graph, graph_model = _cuda_train(problem, method, compile="graph")
+        amp, _ = _cuda_train(problem, method, compile="graph", amp=True, channels_last=True)
+    assert (eager.step, graph.step, amp.step) == ("off", "graph", "graph")
+    np.testing.assert_allclose(graph.train_loss, eager.train_loss, rtol=1e-3)
+    np.testing.assert_allclose(graph.curve, eager.curve, rtol=1e-3, atol=1e-5)
+    for p, q in zip(graph_model.parameters(), eager_model.parameters()):
+        np.testing.assert_allclose(p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(amp.train_loss, eager.train_loss, rtol=0.05)
+    assert graph.lr == pytest.approx([1e-2, 1e-2, 1e-3])  # the recording after the drop uses the new rate
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.timeout(300)
+def test_cuda_run_with_the_auto_settings_records_its_step(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imle_solvers.training import TrainConfig, run
+
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
+    config = TrainConfig(
+        problem="warcraft", size=12, n_train=140, n_test=70, epochs=2, device="cuda", show_progress=False
+    )
+    used = config.resolved()
+    assert (used.compile, used.channels_last) == ("graph", "on")
+    with no_sync_in_epochs(monkeypatch):
+        (result,) = run(config)
+    assert result.step == "graph" and np.isfinite(result.regret) and len(result.curve) == 3

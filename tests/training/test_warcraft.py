@@ -1,0 +1,338 @@
+"""The Warcraft problem: the published files, their checks, ``train --problem warcraft``, its defaults."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from imle_solvers import SumOfGamma
+from imle_solvers.data.warcraft import inspect_warcraft, warcraft_folder, warcraft_maps
+from imle_solvers.errors import ConfigError, DataError
+from imle_solvers.training import TrainConfig, main, make_problem
+from tests.support.warcraft import COUNTS, write_warcraft
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``DIR`` holding ``DIR/4x4/{train,val,test}_{maps,shortest_paths,vertex_weights}.npy``."""
+    root = tmp_path_factory.mktemp("warcraft")
+    write_warcraft(root, 4)
+    return root
+
+
+def test_reads_the_published_layout(published: Path, tmp_path: Path) -> None:
+    folder = published / "4x4"
+    arrays = {
+        kind: np.load(folder / f"train_{kind}.npy") for kind in ("maps", "shortest_paths", "vertex_weights")
+    }
+    assert warcraft_folder(published, 4) == folder == warcraft_folder(folder, 4)  # DIR or DIR/KxK
+    for root in (published, folder):
+        data = warcraft_maps(root, 4, "train")
+        assert len(data) == COUNTS["train"] and data.info["split"] == "train"
+        # images: the file's [N, H, W, 3] as a channels-last [N, 3, H, W] view, bytes as stored
+        assert data.features.shape == (28, 3, 32, 32) and data.features.dtype == torch.uint8
+        assert data.features.is_contiguous(memory_format=torch.channels_last)
+        np.testing.assert_array_equal(data.features.permute(0, 2, 3, 1).numpy(), arrays["maps"])
+        np.testing.assert_array_equal(data.costs.numpy(), arrays["vertex_weights"].reshape(28, 16))
+        np.testing.assert_array_equal(data.solutions.numpy(), arrays["shortest_paths"].reshape(28, 16))
+        expected = (arrays["vertex_weights"] * arrays["shortest_paths"]).reshape(28, 16).sum(1)
+        np.testing.assert_allclose(data.objectives.numpy(), expected, rtol=1e-6)  # f* = ⟨c, z*⟩
+        # the oracle solves the file's problem: its optimum costs what the published path costs
+        again = data.oracle.solve_batch(data.costs.double().numpy())
+        np.testing.assert_allclose((again * data.costs.double().numpy()).sum(1), expected, rtol=1e-6)
+    first = warcraft_maps(published, 4, "test", n=5)
+    np.testing.assert_array_equal(first.costs.numpy(), warcraft_maps(published, 4, "test").costs[:5].numpy())
+    assert len(warcraft_maps(published, 4, "val")) == COUNTS["val"]
+    meta = inspect_warcraft(published, 4, "test")
+    assert (meta.count, meta.height, meta.width, meta.folder) == (14, 32, 32, folder)
+    flat = tmp_path / "flat"
+    write_warcraft(flat, 4, nested=False, seed=3)  # the files directly in DIR
+    assert warcraft_folder(flat, 4) == flat and len(warcraft_maps(flat, 4, "test")) == 14
+    # other dtypes the published format may use: bool or float paths, float64 or integer weights
+    for kind, dtype in (
+        ("shortest_paths", bool),
+        ("shortest_paths", np.float32),
+        ("vertex_weights", np.int16),
+    ):
+        array = np.load(flat / f"test_{kind}.npy")
+        np.save(flat / f"test_{kind}.npy", array.astype(dtype))
+        assert len(warcraft_maps(flat, 4, "test")) == 14
+
+
+def _rewrite(
+    kind: str, change: Callable[[np.ndarray], np.ndarray], split: str = "train"
+) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        path = folder / f"{split}_{kind}.npy"
+        np.save(path, change(np.load(path)))
+
+    return apply
+
+
+def _garbage(folder: Path) -> None:
+    (folder / "train_maps.npy").write_bytes(b"not a numpy file")
+
+
+def _truncated(folder: Path) -> None:
+    path = folder / "train_maps.npy"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _archive(folder: Path) -> None:
+    with open(folder / "train_vertex_weights.npy", "wb") as fh:
+        np.savez(fh, weights=np.zeros((28, 4, 4)))
+
+
+def _objects(folder: Path) -> None:
+    np.save(folder / "train_shortest_paths.npy", np.empty((28, 4, 4), dtype=object), allow_pickle=True)
+
+
+def _cell(kind: str, rows: list[int], value: float, cell: int = 5) -> Callable[[Path], None]:
+    def change(array: np.ndarray) -> np.ndarray:
+        array = array.astype(np.float32)
+        array.reshape(len(array), -1)[rows, cell] = value
+        return array
+
+    return _rewrite(kind, change)
+
+
+HEADER_DEFECTS = [
+    (lambda f: (f / "train_vertex_weights.npy").unlink(), "train_vertex_weights.npy is missing"),
+    (
+        _rewrite("maps", lambda a: a.astype(np.float32)),
+        "maps.npy holds float32 [28, 32, 32, 3], expected uint8",
+    ),
+    (
+        _rewrite("maps", lambda a: a.transpose(0, 3, 1, 2)),
+        "holds uint8 [28, 3, 32, 32], expected uint8 [N, H, W, 3]",
+    ),
+    (_rewrite("maps", lambda a: a[:, :2, :2]), "holds 2×2 images, fewer pixels than 4×4 cells"),
+    (_rewrite("shortest_paths", lambda a: a[:, :3, :3]), "expected bool, integer or float [N, 4, 4]"),
+    (
+        _rewrite("vertex_weights", lambda a: a > 1),
+        "holds bool [28, 4, 4], expected integer or float [N, 4, 4]",
+    ),
+    (_rewrite("vertex_weights", lambda a: a[:27]), "train_vertex_weights.npy holds 27 maps"),
+    (_garbage, "train_maps.npy cannot be read as a NumPy array"),
+    (_truncated, "train_maps.npy cannot be read as a NumPy array"),
+    (_archive, "train_vertex_weights.npy is not a single NumPy array"),
+    (_objects, "train_shortest_paths.npy cannot be read as a NumPy array"),
+]
+VALUE_DEFECTS = [
+    (
+        _cell("shortest_paths", [3, 5], 2.0),
+        "2 map(s) have path cells other than 0 and 1 (instances 3, 5)",
+    ),
+    (_cell("shortest_paths", [1], 0.0, cell=0), "miss the top-left or the bottom-right cell (instance 1)"),
+    (
+        _cell("shortest_paths", [4], 0.0, cell=15),
+        "miss the top-left or the bottom-right cell (instance 4)",
+    ),
+    (_cell("vertex_weights", [2], -0.5), "have negative weights (instance 2)"),
+    (_cell("vertex_weights", [0, 27], float("nan")), "have NaN or infinite weights (instances 0, 27)"),
+    (_cell("vertex_weights", [6], float("inf")), "have NaN or infinite weights (instance 6)"),
+]
+
+
+@pytest.mark.parametrize(("defect", "message"), HEADER_DEFECTS + VALUE_DEFECTS)
+def test_every_defect_of_the_files_is_a_data_error(
+    defect: Callable[[Path], None], message: str, tmp_path: Path
+) -> None:
+    folder = write_warcraft(tmp_path, 4)
+    defect(folder)
+    with pytest.raises(DataError, match=re.escape(message)) as err:
+        warcraft_maps(tmp_path, 4, "train")
+    assert "\n" not in str(err.value) and isinstance(err.value, ValueError)
+    if (defect, message) in HEADER_DEFECTS:  # found from the headers alone, before any data is read
+        with pytest.raises(DataError, match=re.escape(message)):
+            inspect_warcraft(tmp_path, 4, "train")
+    else:
+        assert inspect_warcraft(tmp_path, 4, "train").count == 28
+    assert len(warcraft_maps(tmp_path, 4, "test")) == 14  # the other splits are untouched
+
+
+def test_arguments_of_the_loader(published: Path, tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="holds 28 maps, 29 were asked for"):
+        warcraft_maps(published, 4, "train", n=29)
+    assert len(warcraft_maps(published, 4, "train", n=0)) == 0
+    with pytest.raises(DataError, match="expected bool, integer or float \\[N, 5, 5\\]"):
+        warcraft_maps(published / "4x4", 5)  # a size the files do not hold
+    with pytest.raises(DataError, match="is not a folder"):
+        warcraft_maps(tmp_path / "nowhere", 4)
+    with pytest.raises(ValueError, match="split must be one of 'train', 'val', 'test', got 'dev'"):
+        warcraft_maps(published, 4, "dev")
+    with pytest.raises(ValueError, match="n must be a non-negative integer, got -1"):
+        warcraft_maps(published, 4, n=-1)
+    with pytest.raises(ValueError, match="size must be an integer >= 2"):
+        inspect_warcraft(published, 1)
+
+
+# --- train --problem warcraft -----------------------------------------------------------------------------
+
+
+TINY = ["--problem", "warcraft", "--size", "4", "--n-train", "28", "--n-test", "14", "--model", "terrain-cnn"]
+
+
+def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.training.runner as runner
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise AssertionError("training started before the data were checked")
+
+    monkeypatch.setattr(runner, "train_model", boom)
+
+
+def test_train_reads_the_published_files(
+    published: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    argv = [*TINY, "--data", str(published), "--epochs", "2", "--batch-size", "7", "--method", "imle-mumu"]
+    assert main([*argv, "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"Warcraft 4×4 ({published}), terrain-cnn" in printed
+    saved = json.loads((out / "results.json").read_text())
+    config, run = saved["config"], saved["runs"][0]
+    assert (
+        config["data"] == str(published) and config["schedule"] == "paper" and config["lr_drops"] == [30, 40]
+    )
+    assert run["problem"] == "warcraft" and 0.0 <= run["accuracy"] <= 1.0 and np.isfinite(run["regret"])
+    assert len(run["accuracy_curve"]) == len(run["eval_times"]) == 3 and run["step"] == "off"
+    # the same files through the Python API, with the oracle's κ = the training paths' mean length
+    prob = make_problem("warcraft", 28, 14, 0, size=4, data=str(published))
+    lengths = np.load(published / "4x4" / "train_shortest_paths.npy").reshape(28, -1).sum(1)
+    for oracle in (prob.train_oracle, prob.eval_oracle):
+        assert oracle.expected_nonzeros == pytest.approx(lengths.mean())
+    assert SumOfGamma().resolve(prob.train_oracle).k == pytest.approx(lengths.mean())
+
+
+def test_without_data_the_generated_maps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
+    warcraft = make_problem("warcraft", 12, 4, 5, size=4, model="resnet-stem")
+    terrain = make_problem("terrain", 12, 4, 5, size=4, model="resnet-stem")
+    assert torch.equal(warcraft.train.features, terrain.train.features)
+    assert torch.equal(warcraft.test.costs, terrain.test.costs)
+    mean_path = float(warcraft.train.solutions.sum(1).mean())
+    assert warcraft.train_oracle.expected_nonzeros == pytest.approx(mean_path) != 4.0  # κ, not K
+    assert terrain.train_oracle.expected_nonzeros == 4.0
+    with pytest.raises(ValueError, match="uses terrain-cnn or resnet-stem, got model 'linear'"):
+        make_problem("warcraft", 4, 4, 0, size=4, model="linear")
+
+
+def test_bad_files_stop_the_command_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _no_training(monkeypatch)
+    for i, (defect, message) in enumerate(HEADER_DEFECTS[:4] + VALUE_DEFECTS[:4]):
+        root = tmp_path / str(i)
+        defect(write_warcraft(root, 4))
+        argv = [*TINY, "--data", str(root), "--quiet"]
+        if (defect, message) in HEADER_DEFECTS:  # the headers are checked with the options
+            with pytest.raises(SystemExit) as exc:
+                main(argv)
+            assert exc.value.code == 2
+        else:  # the values when the data are read, before training
+            assert main(argv) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith("imle-solvers train: error: argument --data: ") and message in last
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--problem", "terrain", "--size", "4", "--data", "{data}"], "--data: needs --problem warcraft"),
+        (
+            [*TINY[:4], "--n-train", "100", "--data", "{data}"],
+            "train_maps.npy holds 28 maps, --n-train asks for 100",
+        ),
+        ([*TINY[:4], "--n-train", "10", "--n-test", "15", "--data", "{data}"], "--n-test asks for 15"),
+        (
+            [*TINY[:2], "--size", "5", "--n-train", "2", "--n-test", "2", "--data", "{data}"],
+            "no Warcraft data of size 5: neither 5x5/ nor *_maps.npy (it has 4x4)",
+        ),
+        ([*TINY, "--data", "{data}/nowhere"], "is not a folder"),
+        ([*TINY, "--data", ""], "--data: must be a folder, got ''"),
+        (
+            [*TINY, "--compile", "graph", "--oracle", "host"],
+            "--compile: graph records the step on the device",
+        ),
+        ([*TINY, "--compile", "model+graph", "--workers", "2"], "needs device-native oracles"),
+    ],
+)
+def test_bad_options_of_the_warcraft_problem(
+    argv: list[str],
+    message: str,
+    published: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _no_training(monkeypatch)
+    with pytest.raises(SystemExit) as exc:
+        main([a.replace("{data}", str(published)) for a in argv] + ["--quiet"])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_graph_needs_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _no_training(monkeypatch)
+    for device in ("cpu", "auto"):
+        with pytest.raises(SystemExit) as exc:
+            main([*TINY, "--compile", "graph", "--device", device, "--quiet"])
+        assert exc.value.code == 2
+        assert f"--compile: graph records CUDA graphs: it needs a CUDA device, got --device {device}" in (
+            capsys.readouterr().err
+        )
+    with pytest.raises(ConfigError, match="compile graph records CUDA graphs"):
+        TrainConfig(problem="warcraft", compile="graph").preflight()
+
+
+def test_warcraft_defaults_are_the_papers_protocol() -> None:
+    paper = TrainConfig(problem="warcraft").resolved()
+    assert (paper.schedule, paper.epochs, paper.batch_size, paper.lr, paper.lr_drops) == (
+        "paper",
+        50,
+        70,
+        5e-4,
+        (30, 40),
+    )
+    assert (paper.model, paper.n_train, paper.n_test, paper.samples, paper.size) == (
+        "resnet-stem",
+        10_000,
+        1000,
+        1,
+        12,
+    )
+    assert TrainConfig(problem="warcraft", schedule="constant").resolved().lr_drops == ()
+    assert TrainConfig(problem="terrain").resolved().schedule == "constant"
+    assert TrainConfig(problem="warcraft", epochs=3, lr_drops=(1,)).resolved().lr_drops == (1,)
+
+
+def test_the_auto_rules_of_compile_amp_and_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.training.config as config
+
+    def settings(**fields: object) -> tuple[str, str, str]:
+        used = TrainConfig(**fields).resolved()  # type: ignore[arg-type]
+        return used.compile, used.amp, used.channels_last
+
+    monkeypatch.setattr(config, "resolve_device", lambda name: torch.device("cpu"))
+    assert settings(problem="warcraft") == ("off", "off", "off")  # the CPU: eager float32
+    monkeypatch.setattr(config, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(config, "_bf16_supported", lambda: True)
+    assert settings(problem="warcraft") == ("graph", "bf16", "on")
+    assert settings(problem="terrain", model="terrain-cnn") == ("graph", "bf16", "on")
+    assert settings(problem="warcraft", oracle="host") == ("off", "bf16", "on")  # host solves: no graph
+    assert settings(problem="warcraft", workers=2) == ("off", "bf16", "on")
+    assert settings(problem="shortest-path") == ("off", "off", "off")  # the linear model
+    assert settings(problem="warcraft", compile="model", amp="off", channels_last="off") == (
+        "model",
+        "off",
+        "off",
+    )
+    monkeypatch.setattr(config, "_bf16_supported", lambda: False)
+    assert settings(problem="warcraft") == ("graph", "off", "on")
