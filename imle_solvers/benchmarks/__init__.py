@@ -1,7 +1,8 @@
 """`imle-solvers bench`: performance suites that print tables of times and ratios measured in one run.
 
-Each suite is one module exposing `run(quick: bool) -> list[dict]`, one dict per table row; every
-suite times calls with [`time_per_call`][imle_solvers.benchmarks.time_per_call].
+Each suite is one module exposing `run(quick: bool) -> list[dict]`, one dict per table row; the suites
+that time calls do so with [`time_per_call`][imle_solvers.benchmarks.time_per_call]. The ``warcraft``
+suite also takes the options of its protocol (`WARCRAFT_OPTIONS`), as keyword arguments of its ``run``.
 """
 
 from __future__ import annotations
@@ -14,13 +15,25 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from .._checks import integer_at_least, positive, positive_int
 from ..app.command import Command
 from ..app.config import CommandConfig, option
 from ..app.report import format_table
 from ..app.results import atomic_write_json
+from ..app.session import device_name
 from ..errors import ConfigError, OutputError
+from ..training.config import AMP, COMPILE
 
-__all__ = ["COMMAND", "SUITES", "BenchConfig", "build_parser", "main", "run", "time_per_call"]
+__all__ = [
+    "COMMAND",
+    "SUITES",
+    "WARCRAFT_OPTIONS",
+    "BenchConfig",
+    "build_parser",
+    "main",
+    "run",
+    "time_per_call",
+]
 
 SUITES: dict[str, tuple[str, str]] = {
     "adapters": ("imle_solvers.benchmarks.adapters", "each adapter vs its bare solver call, per call"),
@@ -31,6 +44,10 @@ SUITES: dict[str, tuple[str, str]] = {
     "graphs": (
         "imle_solvers.benchmarks.graphs_device",
         "device-native grid path, knapsack, assignment, spanning tree vs SciPy, CP-SAT, NetworkX",
+    ),
+    "warcraft": (
+        "imle_solvers.benchmarks.warcraft",
+        "the paper's Warcraft 30×30 protocol: s per epoch, projected 50-epoch total (--full: accuracy)",
     ),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
@@ -72,6 +89,17 @@ def _json_path(value: str) -> str:
     return value
 
 
+def _folder(value: str) -> str:
+    if not value:
+        raise ValueError("must be a folder, got ''")
+    return value
+
+
+WARCRAFT_OPTIONS = ("full", "epochs", "maps", "data", "size", "device", "compile", "amp", "time_limit")
+"""The fields of `BenchConfig` that only the ``warcraft`` suite reads (the keyword arguments of its
+``run``)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommandConfig):
     """Settings of ``imle-solvers bench`` (`run` takes it).
@@ -84,11 +112,18 @@ class BenchConfig(CommandConfig):
         Fewer repetitions: a smoke run in seconds.
     json
         Also write the rows to this JSON file (rewritten after every suite, atomically).
+    full, epochs, maps, data, size, device, compile, amp, time_limit
+        The ``warcraft`` suite's protocol (`WARCRAFT_OPTIONS`; see
+        [`benchmarks.warcraft.run`][imle_solvers.benchmarks.warcraft.run]); an error with another suite.
     """
 
     command: ClassVar[str] = "bench"
     description: ClassVar[str] = "Time the library on this machine and print one table per suite."
-    epilog: ClassVar[str] = "example: imle-solvers bench backends --quick --json runs/backends.json"
+    epilog: ClassVar[str] = """\
+examples:
+  imle-solvers bench backends --quick --json runs/backends.json
+  imle-solvers bench warcraft --device cuda            # 2 epochs of the 30×30 protocol, projected to 50
+  imle-solvers bench warcraft --full --data DIR        # all 50 epochs on the published maps, accuracy"""
 
     suite: str = option(
         dataclasses.MISSING,
@@ -101,13 +136,62 @@ class BenchConfig(CommandConfig):
     json: str | None = option(
         None, "also write the rows to this JSON file", metavar="PATH", check=_json_path, default_text="none"
     )
+    full: bool = option(False, "warcraft: all 50 epochs on 10,000 maps, then the test accuracy")
+    epochs: int | None = option(
+        None,
+        "warcraft: epochs to run",
+        check=lambda v: positive_int("", v),
+        default_text="2; 1 with --quick; 50 with --full",
+    )
+    maps: int | None = option(
+        None,
+        "warcraft: training maps per epoch (fewer than 10,000: the epoch is projected)",
+        check=lambda v: positive_int("", v),
+        default_text="10000 on a GPU, 350 on the CPU",
+    )
+    data: str | None = option(
+        None,
+        "warcraft: the folder of the published files (DIR or DIR/KxK)",
+        metavar="DIR",
+        check=_folder,
+        default_text="none: generated maps",
+    )
+    size: int = option(30, "warcraft: grid size K", check=lambda v: integer_at_least("", v, 2))
+    device: str = option("auto", "warcraft: cpu, cuda, cuda:N or auto", check=device_name)
+    compile: str = option("auto", "warcraft: as train --compile", choices=COMPILE)
+    amp: str = option("auto", "warcraft: as train --amp", choices=AMP)
+    time_limit: float | None = option(
+        None,
+        "warcraft: stop after the epoch that passes this many seconds of training; project the rest",
+        check=lambda v: positive("", v),
+        metavar="SECONDS",
+        default_text="none",
+    )
 
     @classmethod
     def help_epilog(cls) -> str:
         return f"{_suite_listing()}\n\n{cls.epilog}"
 
+    def validate(self) -> None:
+        if self.suite not in ("warcraft", "all"):
+            defaults = {f.name: f.default for f in dataclasses.fields(self)}
+            for name in WARCRAFT_OPTIONS:
+                if getattr(self, name) != defaults[name]:
+                    raise ConfigError(f"applies to the warcraft suite only, got suite {self.suite!r}", name)
+
+    def suite_options(self, suite: str) -> dict[str, Any]:
+        """The keyword arguments of ``suite``'s ``run`` besides ``quick`` (the warcraft options)."""
+        return {name: getattr(self, name) for name in WARCRAFT_OPTIONS} if suite == "warcraft" else {}
+
     def preflight(self) -> None:
-        """The JSON file can be written: its folder exists and is writable, and it is not a folder."""
+        """The machine and the data of the warcraft suite (as ``imle-solvers train`` checks them), and the
+        JSON file can be written: its folder exists and is writable, and it is not a folder."""
+        if self.suite in ("warcraft", "all"):
+            from .warcraft import protocol_config
+
+            options = self.suite_options("warcraft")
+            del options["time_limit"]
+            protocol_config(self.quick, **options).preflight()
         if self.json is None:
             return
         target = os.path.abspath(self.json)
@@ -133,7 +217,7 @@ def run(
     results: dict[str, list[dict[str, Any]]] = {}
     for name in names:
         module = importlib.import_module(SUITES[name][0])
-        rows = module.run(quick=config.quick)
+        rows = module.run(quick=config.quick, **config.suite_options(name))
         results[name] = rows
         print(f"\n## bench {name}\n")
         tables: dict[str, list[dict[str, Any]]] = {}

@@ -201,8 +201,10 @@ per training epoch."""
 examples:
   imle-solvers train --problem shortest-path --methods imle-mumu spo+ two-stage --deg 4 \\
       --seeds 0 1 2 --out runs/sp
-  imle-solvers train --problem terrain --size 30 --model resnet-stem --schedule paper \\
-      --methods imle-mumu --device cuda --out runs/warcraft30"""
+  imle-solvers train --problem warcraft --size 30 --methods imle-mumu --device cuda \\
+      --out runs/warcraft30                   # the paper's protocol, generated maps
+  imle-solvers train --problem warcraft --data DIR --size 30 --methods imle-mumu dbb \\
+      --device cuda --out runs/warcraft30     # the published maps, in DIR or DIR/30x30"""
 
     problem: str = option(
         "shortest-path", "the optimisation problem (listed below)", choices=lambda: tuple(PROBLEMS)
@@ -375,14 +377,11 @@ examples:
 
             assert used.n_train is not None and used.n_test is not None
             try:
-                for split, wanted, flag in (
-                    ("train", used.n_train, "--n-train"),
-                    ("test", used.n_test, "--n-test"),
-                ):
+                for split, wanted in (("train", used.n_train), ("test", used.n_test)):
                     found = inspect_warcraft(used.data, used.size, split)
                     if found.count < wanted:
                         raise DataError(
-                            f"{found.path('maps')} holds {found.count} maps, {flag} asks for {wanted}"
+                            f"{found.path('maps')} holds {found.count} maps, {wanted} are asked for"
                         )
             except DataError as exc:
                 raise ConfigError(str(exc), "data") from None

@@ -205,7 +205,7 @@ def aimle(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method
 
 
 def dbb(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
-    """Blackbox differentiation (Vlastelica et al. 2020), λ = 20, regret loss (Hamming on terrain).
+    """Blackbox differentiation (Vlastelica et al. 2020), λ = 20, regret loss (Hamming on the maps).
 
     Reads ``bb_lam``, ``bb_loss``, ``pool``.
     """

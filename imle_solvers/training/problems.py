@@ -219,7 +219,7 @@ def terrain_problem(spec: ProblemSpec) -> Problem:
 
 
 def warcraft_problem(spec: ProblemSpec) -> Problem:
-    """The paper's Warcraft K×K protocol: the published maps (--data) or generated ones, ResNet18 stem.
+    """Warcraft K×K, the paper's protocol: the published maps (--data) or generated ones, ResNet18 stem.
 
     With ``spec.data`` the first ``n_train`` maps of the published training split and the first
     ``n_test`` of its test split ([`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps]; the seed

@@ -169,18 +169,37 @@ class CudaGraphRecorder:
 
 
 class GraphStep(TrainStep):
-    """[`TrainStep`][imle_solvers.training.step.TrainStep] recorded as one CUDA graph and replayed (see the
-    module docstring); the optimizer must be built with ``capturable=True`` (Adam's state on the device).
+    """The training step recorded once as one CUDA graph and replayed: ``imle-solvers train --compile graph``.
+
+    A step is the batch gather, the model (bfloat16 autocast with ``amp``), the method's loss (for I-MLE:
+    the noise, the perturb-and-MAP solve and, in the backward pass, the target's solve, Algorithm 1 of
+    the I-MLE paper), the backward pass, Adam's update and the sum of the loss on the device. The first
+    two full batches run eagerly on a side stream (cuDNN's algorithm search and the lazy state of Adam
+    and of the layers happen there), the third is recorded with a static index buffer, and every later
+    full batch is one copy of its indices and one replay: a single launch where the eager step launches
+    hundreds of kernels. Recording waits for the device through events, never through the host. A
+    smaller last batch of an epoch runs eagerly; a change of the learning rate (a constant of the
+    recording) records again. Where recording fails (an operation that needs the host, such as a
+    solver-backed oracle), the step warns once and runs eagerly from then on; `kind` says how the steps
+    ran. The optimizer must be built with ``capturable=True`` (Adam's step count on the device).
 
     Parameters
     ----------
     batch_size
         The size of the full batches (the one shape recorded).
     recorder
-        How to warm up and record (default: a
-        [`CudaGraphRecorder`][imle_solvers.training.step.CudaGraphRecorder] on the data's device).
+        How to warm up and record (default: CUDA graphs on the data's device, `CudaGraphRecorder`).
     **kwargs
-        As [`TrainStep`][imle_solvers.training.step.TrainStep].
+        As `TrainStep`: ``model``, ``method``, ``optimizer``, ``data``, ``running``, ``amp``, ``forward``,
+        ``mode``.
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE: Backpropagating Through Discrete Exponential Family
+    Distributions", NeurIPS 2021, Algorithm 1, <https://arxiv.org/abs/2106.01798>.
+
+    PyTorch documentation, "CUDA Graphs" (whole-network capture),
+    <https://pytorch.org/docs/stable/notes/cuda.html#cuda-graphs>.
     """
 
     def __init__(self, *args: Any, batch_size: int, recorder: Recorder | None = None, **kwargs: Any) -> None:

@@ -248,9 +248,12 @@ def test_bad_files_stop_the_command_before_training(
         (["--problem", "terrain", "--size", "4", "--data", "{data}"], "--data: needs --problem warcraft"),
         (
             [*TINY[:4], "--n-train", "100", "--data", "{data}"],
-            "train_maps.npy holds 28 maps, --n-train asks for 100",
+            "train_maps.npy holds 28 maps, 100 are asked for",
         ),
-        ([*TINY[:4], "--n-train", "10", "--n-test", "15", "--data", "{data}"], "--n-test asks for 15"),
+        (
+            [*TINY[:4], "--n-train", "10", "--n-test", "15", "--data", "{data}"],
+            "test_maps.npy holds 14 maps, 15 are asked for",
+        ),
         (
             [*TINY[:2], "--size", "5", "--n-train", "2", "--n-test", "2", "--data", "{data}"],
             "no Warcraft data of size 5: neither 5x5/ nor *_maps.npy (it has 4x4)",
