@@ -215,10 +215,8 @@ def train_model(
         method.train()
         _synchronize(dev)
         start = time.perf_counter()
-        perm = upload(torch.randperm(n, generator=gen), dev)  # one copy per epoch, without waiting
-        running.zero_()
         bar = _progress_bar(-(-n // batch_size), f"{method_name} {epoch + 1}/{epochs}", show_progress)
-        _train_epoch(step, perm, batch_size, _LossDisplay(bar, running, n, batch_size))
+        _train_epoch(step, gen, batch_size, _LossDisplay(bar, running, n, batch_size))
         if bar is not None:
             bar.close()
         lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
@@ -253,10 +251,13 @@ def train_model(
     )
 
 
-def _train_epoch(step: TrainStep, perm: torch.Tensor, batch_size: int, display: _LossDisplay) -> None:
-    """The steps of one epoch, in the order ``perm``: no host synchronisation (the loss display reads
-    a copy of the loss only when it has arrived)."""
-    for b, start in enumerate(range(0, len(perm), batch_size)):
+def _train_epoch(step: TrainStep, gen: torch.Generator, batch_size: int, display: _LossDisplay) -> None:
+    """One epoch: a batch order drawn from ``gen`` (on the CPU: the same on every device), then the
+    steps; no host synchronisation (the loss display reads a copy of the loss only when it has arrived)."""
+    n = len(step.data)
+    perm = upload(torch.randperm(n, generator=gen), step.device)  # one copy per epoch, without waiting
+    step.running.zero_()
+    for b, start in enumerate(range(0, n, batch_size)):
         step(perm[start : start + batch_size])  # indices of the batch, on the device   [B]
         display.update(b)
 

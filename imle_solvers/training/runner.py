@@ -148,6 +148,6 @@ def _train_all(config: TrainConfig, session: Session) -> None:
 def _report(result: TrainRun) -> None:
     print(
         f"  {result.method:<10} seed {result.seed}: test regret {result.regret:.4f}, "
-        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch ({result.step} steps)",
+        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch, steps: {result.step}",
         flush=True,
     )

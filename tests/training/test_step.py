@@ -154,6 +154,11 @@ def test_the_compiled_model_trains_as_the_eager_one(
     np.testing.assert_allclose(compiled.curve, eager.curve, rtol=1e-4, atol=1e-6)
     for p, q in zip(compiled_model.parameters(), eager_model.parameters()):
         np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=1e-3, atol=1e-5)
+    monkeypatch.setattr(step_module, "CudaGraphRecorder", InlineRecorder)
+    InlineRecorder.log = []
+    both, _ = _train(problem, compile="model+graph")  # the compiled model inside the recorded step
+    assert both.step == "model+graph" and InlineRecorder.log.count("record") == 2
+    np.testing.assert_allclose(both.train_loss, eager.train_loss, rtol=1e-4)
 
 
 @pytest.mark.slow
@@ -189,6 +194,16 @@ def test_bf16_autocast_stays_close_to_float32(problem: Problem) -> None:
     amp, _ = _train(problem, amp=True)
     np.testing.assert_allclose(amp.train_loss, plain.train_loss, rtol=0.1)  # a sampled path may differ
     assert abs(amp.regret - plain.regret) < 0.05 and abs(amp.accuracy - plain.accuracy) <= 2 / 12
+
+
+def test_evaluation_runs_the_model_under_autocast_when_asked(problem: Problem) -> None:
+    seen: list[bool] = []
+    model = problem.model()
+    model.register_forward_hook(lambda *args: seen.append(torch.is_autocast_enabled("cpu")))
+    plain = loop.evaluate(model, problem.test, problem.eval_oracle, batch=8)
+    low = loop.evaluate(model, problem.test, problem.eval_oracle, batch=8, amp=True)
+    assert seen == [False, False, True, True]  # 12 test maps in batches of 8
+    assert abs(low["regret"] - plain["regret"]) < 0.05
 
 
 def test_channels_last_changes_the_layout_not_the_result(problem: Problem) -> None:

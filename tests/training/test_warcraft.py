@@ -209,6 +209,10 @@ def test_train_reads_the_published_files(
     for oracle in (prob.train_oracle, prob.eval_oracle):
         assert oracle.expected_nonzeros == pytest.approx(lengths.mean())
     assert SumOfGamma().resolve(prob.train_oracle).k == pytest.approx(lengths.mean())
+    native = make_problem("warcraft", 28, 14, 0, size=4, data=str(published), oracle="device")
+    assert "TorchGridShortestPath" in repr(native.train_oracle)  # the device-native oracles too
+    for oracle in (native.train_oracle, native.eval_oracle):
+        assert oracle.expected_nonzeros == pytest.approx(lengths.mean())
 
 
 def test_without_data_the_generated_maps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
