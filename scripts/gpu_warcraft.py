@@ -15,9 +15,9 @@ Steps, each printed as Markdown tables (all rows also to OUT/gpu_warcraft.json):
 3. CUDA tests: ``pytest -m cuda tests/training/test_step.py tests/benchmarks/test_bench_warcraft.py``.
 4. 12 × 12, ``terrain-cnn``, 1,000 training maps: seconds per epoch and per 1,000 maps on the CPU (all
    cores, eager float32) and on the GPU (eager float32, and the ``auto`` settings).
-5. 30 × 30 settings on 2,100 maps (30 steps an epoch, 2 epochs): eager float32 (the settings before
-   ``--compile``/``--amp`` existed), eager bfloat16 + channels-last, and ``auto``: the rows that decide
-   the ``auto`` defaults.
+5. 30 × 30 settings on 2,100 maps (30 steps an epoch, 2 epochs): eager float32 (``--compile off --amp
+   off --channels-last off``), eager bfloat16 + channels-last, and ``auto``: the rows that decide the
+   ``auto`` defaults.
 
 Steps 3-5 run while the budget lasts (each is skipped, and says so, when too little is left). Exit status
 1 if the CUDA tests fail or a step raises (the later steps still run).
