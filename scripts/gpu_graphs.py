@@ -199,11 +199,11 @@ def networkx_loop(nx: Any, graph: Any, edges: list[tuple[int, int]], ref: np.nda
         nx.minimum_spanning_tree(graph)
 
 
-def bench(device: str, quick: bool) -> None:
+def bench(device: str, quick: bool, batch: int | None = None, sizes: tuple[int, ...] | None = None) -> None:
     import networkx as nx
 
-    batch = 256 if quick else 4096
-    sizes = (8, 32) if quick else (8, 16, 32, 64, 128, 256)
+    batch = batch or (256 if quick else 4096)
+    sizes = sizes or ((8, 32) if quick else (8, 16, 32, 64, 128, 256))
     ref_cap = {8: 1024, 16: 512, 32: 256, 64: 128, 128: 32, 256: 16}
     rng = np.random.default_rng(3)
     print(f"\n| assignment n×n, batch {batch} | {device} inst/s | SciPy loop inst/s | speed-up |")
@@ -266,6 +266,16 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (a dry run)")
     parser.add_argument("--quick", action="store_true", help="fewer shapes and batch 256: seconds")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="the benchmark's batch (default 4096; 256 with --quick)"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the benchmark's n (default 8 … 256; 8 32 with --quick)",
+    )
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("CUDA is not available; run with --device cpu for a dry run")
@@ -277,7 +287,7 @@ def main(argv: list[str]) -> int:
     check_spanning_tree(args.device, args.quick)
     check_no_sync(args.device)
     print(f"checks done in {time.perf_counter() - start:.1f} s: {len(FAILURES)} failure(s)", flush=True)
-    bench(args.device, args.quick)
+    bench(args.device, args.quick, args.batch, tuple(args.sizes) if args.sizes else None)
     bench_cpu(args.quick)
     print(f"\ntotal {time.perf_counter() - start:.1f} s; {len(FAILURES)} failure(s)")
     return 1 if FAILURES else 0

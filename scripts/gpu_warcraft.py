@@ -48,6 +48,15 @@ parser.add_argument(
 parser.add_argument(
     "--out", default=os.environ.get("OUT", "/tmp/gpu-warcraft"), help="folder for the JSON rows"
 )
+parser.add_argument(
+    "--maps",
+    type=int,
+    default=None,
+    help="30 × 30 training maps (default: the protocol's 10,000; fewer are projected)",
+)
+parser.add_argument(
+    "--test-maps", type=int, default=None, help="30 × 30 test maps (default: the protocol's 1,000)"
+)
 args = parser.parse_args()
 
 START = time.perf_counter()
@@ -63,8 +72,8 @@ if CUDA and not torch.cuda.is_available():
     sys.exit("no CUDA device: run with --device cpu --tiny for a dry run on the CPU")
 TINY = args.tiny
 SMALL = {"size": 6 if TINY else 12, "maps": 70 if TINY else 1000, "test": 35 if TINY else 250, "epochs": 3}
-BIG = {"size": 8 if TINY else 30, "maps": 140 if TINY else bench.PROTOCOL_MAPS}
-BIG["test"] = 35 if TINY else bench.PROTOCOL_TEST_MAPS
+BIG = {"size": 8 if TINY else 30, "maps": args.maps or (140 if TINY else bench.PROTOCOL_MAPS)}
+BIG["test"] = args.test_maps or (35 if TINY else bench.PROTOCOL_TEST_MAPS)
 TRIAL_MAPS, TRIAL_TEST = (70, 35) if TINY else (2100, 250)
 ROWS: dict[str, list[dict[str, Any]]] = {}
 FAILED: list[str] = []
