@@ -174,11 +174,11 @@ def test_sog_table_moments_match_the_formulas(k: float) -> None:
     from imle_solvers.noise import _T_MAX, _T_POINTS, _sog_table
 
     tau, s = 2.0, 10
-    table = _sog_table(k, s, tau, torch.device("cpu"), torch.float64)
+    table = _sog_table(k, s, torch.device("cpu"), torch.float64)  # the draw at τ = 1
     assert table is not None
     t = np.linspace(-_T_MAX, _T_MAX, _T_POINTS)
     density = np.exp(-np.abs(t)) / (1 + np.exp(-np.abs(t))) ** 2  # logistic density of logit(U)
-    values = table[0].numpy()
+    values = tau * table[0].numpy()
     mean = np.trapezoid(values * density, t)
     var = np.trapezoid((values - mean) ** 2 * density, t)
     harmonic = sum(1 / i for i in range(1, s + 1))
@@ -236,7 +236,169 @@ def test_sog_first_draw_on_cuda_never_syncs() -> None:
         gpu = noise.sample((4, 2, 5), device="cuda", generator=torch.Generator("cuda").manual_seed(0))
     finally:
         torch.cuda.set_sync_debug_mode(0)
-    table = noise_module._DEVICE_TABLES[(3.0, 10, 1.0, "cuda", torch.float32)]
-    cpu = noise_module._sog_table(3.0, 10, 1.0, torch.device("cpu"), torch.float32)
+    table = noise_module._DEVICE_TABLES[(3.0, 10, f"cuda:{torch.cuda.current_device()}", torch.float32)]
+    cpu = noise_module._sog_table(3.0, 10, torch.device("cpu"), torch.float32)
     assert cpu is not None and gpu.shape == (4, 2, 5) and torch.isfinite(gpu).all()
     assert torch.equal(table[0].cpu(), cpu[0]) and torch.equal(table[1].cpu(), cpu[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_sog_device_tables_are_bounded_on_cuda_and_follow_the_device() -> None:
+    from imle_solvers import noise as noise_module
+
+    noise_module._DEVICE_TABLES.clear()
+    for tau in np.linspace(0.5, 5.0, 50):  # annealing τ: one table
+        SumOfGamma(k=3, tau=float(tau)).sample((8,), device="cuda")
+    for k in range(1, 9):
+        SumOfGamma(k=float(k)).sample((8,), device="cuda")
+    names = [key[2] for key in noise_module._DEVICE_TABLES]
+    assert names.count(f"cuda:{torch.cuda.current_device()}") == noise_module._TABLES_PER_DEVICE
+    x = SumOfGamma(k=5).sample((100_000,), device="cuda", dtype=torch.bfloat16)
+    assert x.dtype == torch.bfloat16 and x.device.type == "cuda" and torch.isfinite(x).all()
+
+
+# --------------------------------------------------------------------------- half precision
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gumbel_in_half_precision_has_the_right_mean(dtype: torch.dtype) -> None:
+    # the uniforms are drawn in float32 and the draw cast at the end: a bf16 uniform (≈ 500 values in
+    # (0, 1)) gave a mean of 0.552 instead of γ = 0.5772
+    n = 1_000_000
+    x = Gumbel().sample((n,), dtype=dtype, generator=gen(30))
+    assert x.dtype == dtype and torch.isfinite(x).all()
+    stderr = math.pi / math.sqrt(6) / math.sqrt(n)
+    assert abs(float(x.double().mean()) - EULER_GAMMA) < 6 * stderr + 2e-3  # + the bf16 rounding of a draw
+    tau = 3.0
+    y = Gumbel(tau).sample((n,), dtype=dtype, generator=gen(31)).double()
+    assert abs(float(y.mean()) - tau * EULER_GAMMA) < tau * (6 * stderr + 2e-3)
+    assert abs(float(y.var()) - math.pi**2 * tau**2 / 6) < 0.05 * math.pi**2 * tau**2 / 6
+
+
+def test_gumbel_half_precision_draws_are_the_float32_draws_rounded() -> None:
+    full = Gumbel(2.0).sample((1000,), dtype=torch.float32, generator=gen(32))
+    half = Gumbel(2.0).sample((1000,), dtype=torch.bfloat16, generator=gen(32))
+    assert torch.equal(half, full.to(torch.bfloat16))
+
+
+# --------------------------------------------------------------------------- the SoG table where it is hard
+EXACT_MEAN = sum(1 / i for i in range(1, 11)) - math.log(10)  # E[X] − log s for s = 10, times 1/κ
+
+
+@pytest.mark.parametrize("k", [0.05, 0.2, 1000.0, 10_000.0])
+def test_sog_table_is_right_for_small_and_large_k(k: float) -> None:
+    from imle_solvers.noise import _sog_quantile_table, _sog_series
+
+    assert _sog_quantile_table(k, 10) is not None  # the table is used here
+    series = _sog_series(k, 10)
+    assert series is not None and abs(float(series[2].sum()) - 1.0) < 1e-9  # the weights sum to 1
+    fast = SumOfGamma(k=k).sample((200_000,), dtype=torch.float64, generator=gen(40))
+    assert torch.isfinite(fast).all()
+    assert float(fast.min()) >= -math.log(10) / k * (1 + 1e-12)  # X ≥ 0
+    exact = SumOfGamma(k=k, exact=True).sample((200_000,), dtype=torch.float64, generator=gen(41))
+    assert stats.ks_2samp(fast.numpy(), exact.numpy()).pvalue > 1e-3
+    # the mean of the draws against the formula (τ/κ)(H_s − log s), within 5 standard errors
+    stderr = float(fast.std()) / math.sqrt(fast.numel())
+    assert abs(float(fast.mean()) - EXACT_MEAN / k) < 5 * stderr
+
+
+def test_sog_small_k_mean_is_the_formula() -> None:
+    # k = 0.05 gave a mean of 1.33 where the formula and the exact sampler give 12.5: the series was cut
+    # before most of its weight (the weights of small κ peak hundreds of terms out)
+    x = SumOfGamma(k=0.05).sample((400_000,), dtype=torch.float64, generator=gen(42))
+    assert float(x.mean()) == pytest.approx(EXACT_MEAN / 0.05, rel=2e-3)
+
+
+def test_sog_hands_over_to_the_exact_sampler_where_the_table_cannot_be_right() -> None:
+    from imle_solvers.noise import _sog_quantile_table, _sog_series
+
+    for k, s in ((0.01, 10), (3.0, 200)):  # the first weight underflows; the series is too long
+        assert _sog_series(k, s) is None and _sog_quantile_table(k, s) is None
+        table = SumOfGamma(k=k, s=s).sample((3, 40), dtype=torch.float64, generator=gen(43))
+        exact = SumOfGamma(k=k, s=s, exact=True).sample((3, 40), dtype=torch.float64, generator=gen(43))
+        assert torch.equal(table, exact)
+    x = SumOfGamma(k=0.01).sample((100_000,), dtype=torch.float32, generator=gen(44))
+    assert x.dtype == torch.float32 and torch.isfinite(x).all()
+    assert float(x.double().mean()) == pytest.approx(EXACT_MEAN / 0.01, rel=5e-3)
+
+
+def test_sog_rejects_a_table_whose_moments_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers import noise as noise_module
+
+    noise_module._sog_quantile_table.cache_clear()
+    monkeypatch.setattr(noise_module, "_MEAN_RTOL", 0.0)  # no table can be that exact
+    try:
+        assert noise_module._sog_quantile_table(5.0, 10) is None
+    finally:
+        noise_module._sog_quantile_table.cache_clear()
+    monkeypatch.undo()
+    quantiles = noise_module._sog_quantile_table(5.0, 10)
+    assert quantiles is not None and noise_module._table_moments_hold(quantiles, 5.0, 10)
+    assert not noise_module._table_moments_hold(quantiles * 1.01, 5.0, 10)  # a 1 % error in X is seen
+    assert not noise_module._table_moments_hold(quantiles, 5.0, 11)
+
+
+def test_topk_with_a_huge_k_prefers_the_large_weights() -> None:
+    # k = 10,000 (s = 10) gave NaN draws near 1e300 and a layer that preferred θ = −100 over θ = +100
+    k = 10_000
+    theta = torch.cat([torch.full((k,), 100.0), torch.full((k,), -100.0)])[
+        torch.randperm(2 * k, generator=gen(45))
+    ]
+    z = IMLE(TopK(k, 2 * k), generator=gen(46))(theta.expand(2, -1))
+    assert torch.equal(z, (theta > 0).to(z.dtype).expand(2, -1))
+
+
+# --------------------------------------------------------------------------- the device cache
+def test_sog_device_cache_is_keyed_without_tau_and_bounded() -> None:
+    from imle_solvers import noise as noise_module
+
+    noise_module._DEVICE_TABLES.clear()
+    for tau in np.geomspace(0.01, 100.0, 300):  # annealing τ over 300 values: still one table
+        SumOfGamma(k=3, tau=float(tau)).sample((4,), generator=gen(50))
+    assert list(noise_module._DEVICE_TABLES) == [(3.0, 10, "cpu", torch.float32)]
+    # τ only scales the draw
+    a = SumOfGamma(k=3, tau=1.0).sample((1000,), dtype=torch.float64, generator=gen(51))
+    b = SumOfGamma(k=3, tau=4.0).sample((1000,), dtype=torch.float64, generator=gen(51))
+    assert torch.equal(b, 4.0 * a)
+
+
+def test_sog_device_cache_evicts_the_least_recently_used_table_per_device() -> None:
+    from imle_solvers import noise as noise_module
+
+    limit = noise_module._TABLES_PER_DEVICE
+    assert limit == 4
+    noise_module._DEVICE_TABLES.clear()
+    cpu, meta = torch.device("cpu"), torch.device("meta")
+    assert noise_module._sog_table(1.0, 10, meta, torch.float32) is not None  # another device
+    for k in (1.0, 2.0, 3.0, 4.0):
+        noise_module._sog_table(k, 10, cpu, torch.float32)
+    noise_module._sog_table(1.0, 10, cpu, torch.float32)  # k = 1 used again: now the most recent
+    noise_module._sog_table(5.0, 10, cpu, torch.float32)  # evicts k = 2, the least recently used
+    on_cpu = [key[0] for key in noise_module._DEVICE_TABLES if key[2] == "cpu"]
+    assert on_cpu == [3.0, 4.0, 1.0, 5.0]
+    assert (1.0, 10, "meta", torch.float32) in noise_module._DEVICE_TABLES  # other devices untouched
+    noise_module._sog_table(5.0, 10, cpu, torch.float64)  # the dtype is part of the key
+    assert len([key for key in noise_module._DEVICE_TABLES if key[2] == "cpu"]) == limit
+    assert (5.0, 10, "cpu", torch.float64) in noise_module._DEVICE_TABLES
+
+
+# --------------------------------------------------------------------------- documented defaults
+def test_noise_defaults_are_pinned() -> None:
+    assert Gumbel().tau == 1.0
+    assert (SumOfGamma().k, SumOfGamma().tau, SumOfGamma().s, SumOfGamma().exact) == (None, 1.0, 10, False)
+    assert Normal().sigma == 1.0
+    shape = (200, 6)
+
+    def draw(noise: object, seed: int = 60) -> torch.Tensor:
+        return noise.sample(shape, dtype=torch.float64, generator=gen(seed))  # type: ignore[attr-defined]
+
+    # the defaults are used: the default instance draws what the explicit one draws, and not others
+    assert torch.equal(draw(Gumbel()), draw(Gumbel(1.0)))
+    assert not torch.equal(draw(Gumbel()), draw(Gumbel(2.0)))
+    assert torch.equal(draw(Normal()), draw(Normal(1.0)))
+    assert not torch.equal(draw(Normal()), draw(Normal(2.0)))
+    default = SumOfGamma(k=3)
+    assert torch.equal(draw(default), draw(SumOfGamma(k=3, tau=1.0, s=10, exact=False)))
+    for other in (SumOfGamma(k=3, tau=2.0), SumOfGamma(k=3, s=5), SumOfGamma(k=3, exact=True)):
+        assert not torch.equal(draw(default), draw(other))
+    # a layer's default noise is SumOfGamma with k from the oracle
+    assert IMLE(TopK(3, 8)).noise == SumOfGamma(k=3.0)
