@@ -192,13 +192,16 @@ def _sog_series(kappa: float, s: int, tol: float = 1e-13) -> tuple[float, float,
 
 
 def _sog_logit_cdf(x: np.ndarray, rho: float, b: float, weights: np.ndarray) -> np.ndarray:
-    """``logit P(X ≤ x)``, each tail from its own series (no cancellation)."""
+    """``logit P(X ≤ x)``, the smaller tail from its own series (no cancellation), the other as 1 − it."""
     from scipy import special
 
     shapes = rho + np.arange(len(weights))
     y = x[:, None] / b
     left = special.gammainc(shapes, y) @ weights  # P(X ≤ x)
-    right = special.gammaincc(shapes, y) @ weights  # P(X > x)
+    right = 1.0 - left  # P(X > x): exact enough where P(X ≤ x) ≤ 1/2
+    upper = left > 0.5
+    if upper.any():
+        right[upper] = special.gammaincc(shapes, y[upper]) @ weights  # its own series in the upper tail
     with np.errstate(divide="ignore"):
         return np.log(left) - np.log(right)
 

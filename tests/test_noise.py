@@ -284,7 +284,7 @@ def test_gumbel_half_precision_draws_are_the_float32_draws_rounded() -> None:
 EXACT_MEAN = sum(1 / i for i in range(1, 11)) - math.log(10)  # E[X] − log s for s = 10, times 1/κ
 
 
-@pytest.mark.parametrize("k", [0.05, 0.2, 1000.0, 10_000.0])
+@pytest.mark.parametrize("k", [pytest.param(0.05, marks=pytest.mark.slow), 0.1, 1000.0, 10_000.0])
 def test_sog_table_is_right_for_small_and_large_k(k: float) -> None:
     from imle_solvers.noise import _sog_quantile_table, _sog_series
 
@@ -301,11 +301,12 @@ def test_sog_table_is_right_for_small_and_large_k(k: float) -> None:
     assert abs(float(fast.mean()) - EXACT_MEAN / k) < 5 * stderr
 
 
-def test_sog_small_k_mean_is_the_formula() -> None:
-    # k = 0.05 gave a mean of 1.33 where the formula and the exact sampler give 12.5: the series was cut
-    # before most of its weight (the weights of small κ peak hundreds of terms out)
-    x = SumOfGamma(k=0.05).sample((400_000,), dtype=torch.float64, generator=gen(42))
-    assert float(x.mean()) == pytest.approx(EXACT_MEAN / 0.05, rel=2e-3)
+@pytest.mark.parametrize("k", [pytest.param(0.05, marks=pytest.mark.slow), 0.1])
+def test_sog_small_k_mean_is_the_formula(k: float) -> None:
+    # k = 0.05 gave a mean of 1.33 where the formula and the exact sampler give 12.5, k = 0.1 one 1.7 %
+    # low: the series was cut before most of its weight (the weights of small κ peak hundreds of terms out)
+    x = SumOfGamma(k=k).sample((400_000,), dtype=torch.float64, generator=gen(42))
+    assert float(x.mean()) == pytest.approx(EXACT_MEAN / k, rel=2e-3)
 
 
 def test_sog_hands_over_to_the_exact_sampler_where_the_table_cannot_be_right() -> None:
@@ -361,9 +362,15 @@ def test_sog_device_cache_is_keyed_without_tau_and_bounded() -> None:
     assert torch.equal(b, 4.0 * a)
 
 
-def test_sog_device_cache_evicts_the_least_recently_used_table_per_device() -> None:
+def test_sog_device_cache_evicts_the_least_recently_used_table_per_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from imle_solvers import noise as noise_module
 
+    # the cache logic only: a stand-in quantile table instead of building five real ones
+    monkeypatch.setattr(
+        noise_module, "_sog_quantile_table", lambda k, s: np.linspace(0.0, k, noise_module._T_POINTS)
+    )
     limit = noise_module._TABLES_PER_DEVICE
     assert limit == 4
     noise_module._DEVICE_TABLES.clear()
@@ -379,6 +386,7 @@ def test_sog_device_cache_evicts_the_least_recently_used_table_per_device() -> N
     noise_module._sog_table(5.0, 10, cpu, torch.float64)  # the dtype is part of the key
     assert len([key for key in noise_module._DEVICE_TABLES if key[2] == "cpu"]) == limit
     assert (5.0, 10, "cpu", torch.float64) in noise_module._DEVICE_TABLES
+    noise_module._DEVICE_TABLES.clear()  # no stand-in table outlives the test
 
 
 # --------------------------------------------------------------------------- documented defaults
