@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,6 +25,21 @@ from ._checks import in_range, non_negative, positive
 from .target import Solve, TargetDistribution, map_difference, pid_estimate
 
 __all__ = ["AdaptiveTarget", "RowAdaptiveTarget"]
+
+
+def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``‖x‖₂`` (over ``dim``, kept; over everything when ``None``) as ``max|x| · ‖x / max|x|‖₂``.
+
+    Scaling by the largest entry before squaring keeps the squares in range: a plain norm of float32
+    entries of 1e-30 underflows to 0 and one of 1e30 overflows to inf.
+    """
+    if x.numel() == 0:
+        return x.abs().sum() if dim is None else x.abs().sum(dim=dim, keepdim=True)  # zeros
+    peak = x.abs().amax() if dim is None else x.abs().amax(dim=dim, keepdim=True)  # max|x|
+    safe = torch.where(peak > 0, peak, torch.ones_like(peak))
+    if dim is None:
+        return torch.linalg.vector_norm(x / safe) * safe
+    return torch.linalg.vector_norm(x / safe, dim=dim, keepdim=True) * safe
 
 
 class AdaptiveTarget(nn.Module, TargetDistribution):
@@ -40,9 +56,14 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
     ``β ← max(β + u, 0)``. β, n̄ and u are buffers: they move with ``.to(device)``, are saved in the
     owning layer's ``state_dict`` and are updated on the device with no host synchronisation.
 
-    The estimate is linear in ``∇z L``: multiplying the loss by α leaves θ' unchanged and multiplies
-    the gradient by α. The reference implementation divides by a λ computed from θ *without* the
-    repetition over samples (√S smaller than its step's λ); here one λ serves both, as eq. 7 reads.
+    The estimate is positively homogeneous in ``∇z L``: multiplying the loss by α > 0 leaves θ'
+    unchanged and multiplies the gradient by α (it is not additive). β, n̄ and u stay float64 under
+    module casts (``model.to(torch.bfloat16)``), so that β's small additive steps do not round away;
+    the norms are scaled by their largest entry before squaring, so loss scales of 1e±30 in float32
+    neither underflow nor overflow.
+
+    The reference implementation divides by a λ computed from θ *without* the repetition over
+    samples (√S smaller than its step's λ); here one λ serves both, as eq. 7 reads.
 
     Parameters
     ----------
@@ -98,21 +119,42 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         self.register_buffer("nonzeros", torch.tensor(float(initial_nonzeros), dtype=torch.float64))
         self.register_buffer("last_update", torch.tensor(0.0, dtype=torch.float64))
 
+    def _reach(self, theta: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(β‖θ‖, ‖∇zL‖)`` over the batch, 0-dim tensors on θ's device; ``λ = β‖θ‖/‖∇zL‖``.
+
+        ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
+        step, so that S identical samples under a loss averaged over S give the one-sample gradient.
+        Both norms are scaled by their largest entry before squaring: no under- or overflow at loss
+        scales of 1e±30 in float32.
+        """
+        beta = self.beta.to(device=theta.device, dtype=theta.dtype)
+        repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
+        theta_norm = _norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
+        return beta * theta_norm, _norm(grad_z)  # β‖θ‖, ‖∇zL‖   [], []
+
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """λ = β‖θ‖/‖∇zL‖ over the whole batch (0 when ∇zL = 0), a 0-dim tensor on θ's device.
 
         ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
         step, so that S identical samples under a loss averaged over S give the one-sample gradient.
         """
-        beta = self.beta.to(device=theta.device, dtype=theta.dtype)
-        repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
-        theta_norm = torch.linalg.vector_norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
-        grad_norm = torch.linalg.vector_norm(grad_z)  # ‖∇zL‖ over the batch   []
-        ratio = theta_norm / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))
-        return torch.where(grad_norm > 0, beta * ratio, torch.zeros_like(ratio))
+        reach, grad_norm = self._reach(theta, grad_z)
+        ratio = reach / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))
+        return torch.where(grad_norm > 0, ratio, torch.zeros_like(ratio))
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        return theta - self.lam(theta, grad_z) * grad_z  # θ' = θ − λ ∇zL
+        step, _ = self._step(theta, grad_z)
+        return theta - step  # θ' = θ − λ ∇zL
+
+    def _step(self, theta: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(λ ∇zL, 1/λ)`` as ``β‖θ‖ · ∇zL/‖∇zL‖`` and ``‖∇zL‖/(β‖θ‖)`` (0 where λ = 0)."""
+        reach, grad_norm = self._reach(theta, grad_z)  # β‖θ‖, ‖∇zL‖   [], []
+        live = (grad_norm > 0) & (reach > 0)
+        unit = grad_z / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))  # ∇zL/‖∇zL‖
+        inverse = (grad_norm / torch.where(live, reach, torch.ones_like(reach))).clamp(
+            max=torch.finfo(grad_norm.dtype).max
+        )  # 1/λ   []
+        return reach * unit, torch.where(live, inverse, torch.zeros_like(inverse))
 
     def estimate(
         self,
@@ -122,17 +164,16 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        lam = self.lam(theta, grad_z)  # λ   []
-        divisor = torch.where(lam > 0, lam, torch.ones_like(lam))  # λ = 0 only where z' = z
-        diff = map_difference(theta, eps, z, lam * grad_z, solve, self.two_sided)  # [N, S, m]
+        step, inverse = self._step(theta, grad_z)  # λ∇zL   [N, S, m], 1/λ   []
+        diff = map_difference(theta, eps, z, step, solve, self.two_sided)  # [N, S, m]
         self._update(diff)
-        return (diff / divisor).sum(dim=1)  # Σ over samples   [N, m]
+        return (diff * inverse).sum(dim=1)  # Σ_s diff_s / λ   [N, m]
 
     @torch.no_grad()
     def _update(self, diff: torch.Tensor) -> None:
         """One step of the published β update, on the buffers' device (moved to ``diff``'s first)."""
         if self.beta.device != diff.device:
-            for name in ("beta", "nonzeros", "last_update"):
+            for name in self._STATE:
                 setattr(self, name, getattr(self, name).to(diff.device))
         n, s = diff.shape[0], diff.shape[1]
         if n * s == 0:
@@ -143,6 +184,22 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         update = self.momentum * self.last_update + direction * self.step  # u ← μu ± step
         self.beta.add_(update).clamp_(min=0.0)  # β ← max(β + u, 0)
         self.last_update.copy_(update)
+
+    _STATE = ("beta", "nonzeros", "last_update")
+
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> AdaptiveTarget:
+        """Module casts move the state between devices but keep it float64.
+
+        ``model.to(torch.bfloat16)`` (or ``.half()``) would otherwise round β to 8 bits, and its
+        additive updates of 1e-4 would round away.
+        """
+        kept = {name: self._buffers[name] for name in self._STATE}
+        super()._apply(fn, recurse)
+        for name, old in kept.items():
+            new = self._buffers[name]
+            if new is not None and old is not None and new.dtype != torch.float64:
+                self._buffers[name] = old.to(device=new.device)  # the float64 value, on the new device
+        return self
 
     def extra_repr(self) -> str:
         return (
@@ -196,9 +253,8 @@ class RowAdaptiveTarget(TargetDistribution):
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
-        theta_norm = torch.linalg.vector_norm(theta, dim=-1, keepdim=True)  # ‖θ‖    [N, 1, 1]
-        theta_norm = theta_norm.clamp_min(self.min_norm)
-        grad_norm = torch.linalg.vector_norm(grad_z, dim=-1, keepdim=True)  # ‖∇zL‖  [N, S, 1]
+        theta_norm = _norm(theta, dim=-1).clamp_min(self.min_norm)  # ‖θ‖    [N, 1, 1]
+        grad_norm = _norm(grad_z, dim=-1)  # ‖∇zL‖  [N, S, 1]
         tiny = torch.finfo(grad_z.dtype).tiny
         ratio = theta_norm / grad_norm.clamp_min(tiny)
         return torch.where(grad_norm > 0, self.alpha * ratio, torch.zeros_like(ratio))

@@ -41,9 +41,14 @@ class IMLE(PerturbAndMAPLayer):
     noise
         ρ(ε); the default ``SumOfGamma()`` takes ``k`` from ``oracle.expected_nonzeros`` (Theorem 1).
     target
-        Target distribution. Default [`RelativeTarget`][imle_solvers.RelativeTarget]: a PID target
-        (eq. 8) whose step is relative to θ + ε, so the gradient is *equivariant to the loss scale*:
-        ``grad(α·L) = α·grad(L)`` with the same noise, under ``.mean()`` as under ``.sum()``.
+        Target distribution. Default ``RelativeTarget()``
+        ([`RelativeTarget`][imle_solvers.RelativeTarget]): the two-sided finite difference of eq. 11
+        with a step of a tenth of the spread ``std(θ + ε)``. With the same noise the gradient is
+        positively homogeneous in the loss (``grad(α·L) = α·grad(L)``, α > 0, under ``.mean()`` as
+        under ``.sum()``), unchanged by an offset ``θ + c·1`` where every state has the same size,
+        and scaled by ``1/c`` when θ and the noise temperature are scaled by c; of the library's
+        estimators it is the closest to the exact gradient on enumerable problems.
+        ``RelativeTarget.large_step()`` (close to eq. 10) trains better on regret losses;
         [`PerturbedTarget`][imle_solvers.PerturbedTarget] is the paper's fixed λ (scale-dependent);
         [`OptimalTarget`][imle_solvers.OptimalTarget] is eq. 10;
         [`AdaptiveTarget`][imle_solvers.AdaptiveTarget] is AI-MLE.

@@ -98,21 +98,25 @@ def test_fenchel_young_loss_is_linear_in_the_upstream_gradient() -> None:
         torch.testing.assert_close(fy_grad(alpha), alpha * base, rtol=1e-9, atol=0.0)
 
 
-def test_default_target_support_does_not_depend_on_reduction_or_batch_size() -> None:
+@pytest.mark.parametrize("target", [None, RelativeTarget.large_step()], ids=["default", "large-step"])
+def test_default_target_support_does_not_depend_on_reduction_or_batch_size(
+    target: RelativeTarget | None,
+) -> None:
     big = torch.randn(256, 8, generator=gen(4), dtype=torch.float64)
     y = ORACLE.solve_torch(torch.randn(256, 8, generator=gen(5), dtype=torch.float64))
 
     def support(rows: int, reduce: str) -> torch.Tensor:
         x = big[:rows].clone().requires_grad_(True)
-        z = IMLE(ORACLE, Gumbel(), samples=2, generator=gen(6))(x)
+        z = IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(6))(x)
         per = hamming_loss(z, y[:rows].unsqueeze(1), reduction="none")
         (per.mean() if reduce == "mean" else per.sum()).backward()
         assert x.grad is not None
         return x.grad.ne(0).any(dim=1)
 
     full_sum, full_mean = support(256, "sum"), support(256, "mean")
-    assert torch.equal(full_sum, full_mean)
-    assert full_sum.float().mean() > 0.9  # nearly every row learns, with a loss averaged over 512 terms
+    assert torch.equal(full_sum, full_mean)  # a loss averaged over 512 terms loses no row
+    # the large step changes the state of nearly every row; the default's local step, of fewer
+    assert full_sum.float().mean() > (0.9 if target is not None else 0.25)
     assert torch.equal(support(4, "mean"), full_mean[:4])  # same noise for the first rows
 
 
@@ -291,8 +295,8 @@ def test_two_sided_is_the_central_difference(target_cls: type) -> None:
     (z * upstream).sum().backward()
     if target_cls is PerturbedTarget:
         lam = torch.full((6, 1), 2.0, dtype=torch.float64)
-    else:  # λ_eff = λ·RMS(θ)/‖∇zL‖_∞
-        lam = 2.0 * W.square().mean(-1, keepdim=True).sqrt() / upstream.abs().amax(-1, keepdim=True)
+    else:  # λ_eff = λ·std(θ)/‖∇zL‖_∞
+        lam = 2.0 * W.std(-1, keepdim=True, unbiased=False) / upstream.abs().amax(-1, keepdim=True)
     manual = (ORACLE.solve_torch(W + lam * upstream) - ORACLE.solve_torch(W - lam * upstream)) / (2 * lam)
     torch.testing.assert_close(x.grad, manual)
     assert x.grad.abs().sum() > 0
@@ -300,10 +304,10 @@ def test_two_sided_is_the_central_difference(target_cls: type) -> None:
 
 def test_relative_target_is_pid_with_a_relative_step() -> None:
     x = W.clone().requires_grad_(True)
-    z = IMLE(ORACLE, NoNoise(), RelativeTarget(lam=0.7))(x)
+    z = IMLE(ORACLE, NoNoise(), RelativeTarget(lam=0.7, two_sided=False))(x)
     upstream = torch.randn(z.shape, generator=gen(14), dtype=torch.float64)
     (z * upstream).sum().backward()
-    lam = 0.7 * W.square().mean(-1, keepdim=True).sqrt() / upstream.abs().amax(-1, keepdim=True)
+    lam = 0.7 * W.std(-1, keepdim=True, unbiased=False) / upstream.abs().amax(-1, keepdim=True)
     manual = (z - ORACLE.solve_torch(W - lam * upstream)) / lam
     torch.testing.assert_close(x.grad, manual)
     with pytest.raises(ValueError):
@@ -312,16 +316,22 @@ def test_relative_target_is_pid_with_a_relative_step() -> None:
         RelativeTarget(lam=float("inf"))
 
 
-def test_relative_target_survives_huge_and_zero_weights() -> None:
+@pytest.mark.parametrize(
+    "target", [RelativeTarget(), RelativeTarget.large_step()], ids=["default", "large-step"]
+)
+def test_relative_target_survives_huge_and_zero_weights(target: RelativeTarget) -> None:
+    upstream = torch.linspace(-1, 1, 8, dtype=torch.float64)
     for scale in (0.0, 1e-300, 1e300):
         x = (scale * W).clone().requires_grad_(True)
-        z = IMLE(ORACLE, NoNoise())(x)
-        squared(z).backward()
+        z = IMLE(ORACLE, NoNoise(), target)(x)
+        (z * upstream).sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()
         assert x.grad.abs().sum() > 0
-    # float32 weights at the top of the range: λ·RMS overflows, the estimate must not become 0·∞ or 0
-    w32 = torch.linspace(1e38, 3e38, 8).expand(4, 8).clone().requires_grad_(True)
-    z32 = IMLE(ORACLE, NoNoise())(w32)
+    # float32 weights at the top of the range: λ·s overflows, the estimate must not become 0·∞ or 0
+    w32 = torch.linspace(1e38, 3e38, 8)
+    w32[4] = w32[5] - 1e36  # a near tie between the third and the fourth item: the local step flips it
+    w32 = w32.expand(4, 8).clone().requires_grad_(True)
+    z32 = IMLE(ORACLE, NoNoise(), target)(w32)
     (z32 * torch.linspace(-1, 1, 8)).sum().backward()
     assert w32.grad is not None and torch.isfinite(w32.grad).all() and w32.grad.abs().sum() > 0
 

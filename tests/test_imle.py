@@ -17,6 +17,7 @@ from imle_solvers import (
     OptimalTarget,
     PerturbedOptimizer,
     PerturbedTarget,
+    RelativeTarget,
     RowAdaptiveTarget,
     SumOfGamma,
     TopK,
@@ -162,7 +163,10 @@ def test_one_batched_solver_call_per_pass() -> None:
     z = IMLE(oracle, SumOfGamma(), samples=4)(w)
     assert oracle.batch_calls == [20]  # forward: all B·S rows at once
     z.sum().backward()
-    assert oracle.batch_calls == [20, 20]  # backward: one more call with B·S rows
+    assert oracle.batch_calls == [20, 40]  # backward (two-sided default): one call, both MAPs of B·S rows
+    one_sided = EnumOracle(k_subsets(6, 2))
+    IMLE(one_sided, SumOfGamma(), RelativeTarget.large_step(), samples=4)(w).sum().backward()
+    assert one_sided.batch_calls == [20, 20]  # one-sided: one more call with B·S rows
 
 
 def test_two_sided_adaptive_target_is_one_call() -> None:

@@ -1,0 +1,404 @@
+"""The targets' documented properties, each tested exactly (same noise): the default's invariances
+(loss scale, offsets of θ, scaling of θ with the temperature), its local step, the large-step preset,
+positive homogeneity, what a mean over samples gives for each estimator, degenerate inputs, the
+adaptive target's state under module casts and extreme loss scales, and every documented default."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from imle_solvers import (
+    IMLE,
+    STE,
+    AdaptiveTarget,
+    Gumbel,
+    NoiseDistribution,
+    NoNoise,
+    OptimalTarget,
+    PerturbedTarget,
+    RelativeTarget,
+    RowAdaptiveTarget,
+    SumOfGamma,
+    TargetDistribution,
+    TopK,
+)
+from imle_solvers.target import _spread
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+ORACLE = TopK(3, 8)
+THETA = torch.randn(32, 8, generator=gen(0), dtype=torch.float64)
+B = torch.rand(8, generator=gen(1), dtype=torch.float64)
+
+
+def quadratic(z: torch.Tensor) -> torch.Tensor:
+    return (z - B).square().sum()  # Σ ‖z − b‖², ∇zL = 2(z − b)
+
+
+def grad(
+    layer: nn.Module, theta: torch.Tensor, loss: Callable[[torch.Tensor], torch.Tensor] = quadratic
+) -> torch.Tensor:
+    x = theta.clone().requires_grad_(True)
+    loss(layer(x)).backward()
+    assert x.grad is not None
+    return x.grad
+
+
+TARGETS: dict[str, Callable[[], TargetDistribution]] = {
+    "default": RelativeTarget,
+    "one-sided": lambda: RelativeTarget(lam=0.1, two_sided=False),
+    "large-step": RelativeTarget.large_step,
+}
+NOISES: dict[str, Callable[[float], NoiseDistribution]] = {
+    "gumbel": lambda tau: Gumbel(tau),
+    "sog": lambda tau: SumOfGamma(k=3, tau=tau),
+}
+
+
+# --------------------------------------------------------------------------- the invariances, exactly
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("noise", sorted(NOISES))
+def test_loss_scale_multiplies_the_gradient(target: str, noise: str) -> None:
+    def layer() -> nn.Module:
+        return IMLE(ORACLE, NOISES[noise](1.0), TARGETS[target](), samples=3, generator=gen(2))
+
+    base = grad(layer(), THETA)
+    assert base.abs().sum() > 0
+    for alpha in (1e-30, 1e-6, 0.37, 1e6, 1e30):
+        scaled = grad(layer(), THETA, lambda z, a=alpha: a * quadratic(z))  # type: ignore[misc]
+        torch.testing.assert_close(scaled, alpha * base, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("noise", sorted(NOISES))
+def test_an_offset_of_theta_does_not_change_the_estimate_of_constant_size_states(
+    target: str, noise: str
+) -> None:
+    # p(z; θ + c·1) = p(z; θ) for k-subsets: the same noise must give the same estimate
+    def estimate(offset: float) -> torch.Tensor:
+        layer = IMLE(ORACLE, NOISES[noise](1.0), TARGETS[target](), samples=4, generator=gen(3))
+        return grad(layer, THETA + offset)
+
+    base = estimate(0.0)
+    assert base.abs().sum() > 0
+    for offset in (-7.0, 10.0, 100.0, 1e4):
+        torch.testing.assert_close(estimate(offset), base, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("noise", sorted(NOISES))
+def test_scaling_theta_with_the_temperature_scales_the_estimate_by_its_inverse(
+    target: str, noise: str
+) -> None:
+    # (θ, τ) → (cθ, cτ) leaves p(z; θ) ∝ exp(⟨z, θ⟩/τ) unchanged; ∇θ scales by 1/c
+    def estimate(c: float) -> torch.Tensor:
+        layer = IMLE(ORACLE, NOISES[noise](0.7 * c), TARGETS[target](), samples=3, generator=gen(4))
+        return grad(layer, c * THETA)
+
+    base = estimate(1.0)
+    assert base.abs().sum() > 0
+    for c in (0.25, 4.0, 1024.0):  # powers of two: every product is exact
+        assert torch.equal(estimate(c), base / c)
+    for c in (3.0, 0.1):
+        torch.testing.assert_close(estimate(c), base / c, rtol=1e-9, atol=0.0)
+
+
+def test_the_old_rms_step_was_not_offset_invariant() -> None:
+    # the test above has power: a step sized by RMS(θ + ε) (the former default) changes with the offset
+    class Rms(RelativeTarget):
+        def _step(self, perturbed: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            rms = perturbed.square().mean(-1, keepdim=True).sqrt()
+            g_max = grad_z.abs().amax(-1, keepdim=True)
+            return self.lam * rms * grad_z / g_max, g_max / (self.lam * rms)
+
+    def estimate(offset: float) -> torch.Tensor:
+        return grad(IMLE(ORACLE, Gumbel(), Rms(lam=0.1), samples=4, generator=gen(3)), THETA + offset)
+
+    assert not torch.allclose(estimate(10.0), estimate(0.0), rtol=0.1)
+
+
+# --------------------------------------------------------------------------- the step itself
+def test_default_is_the_two_sided_difference_with_a_step_of_a_tenth_of_the_spread() -> None:
+    s = 3
+    layer = IMLE(ORACLE, Gumbel(), samples=s, generator=gen(5))
+    x = THETA.clone().requires_grad_(True)
+    z = layer(x)
+    upstream = torch.randn(z.shape, generator=gen(6), dtype=torch.float64)
+    (z * upstream).sum().backward()
+    eps = Gumbel().sample((32, s, 8), dtype=torch.float64, generator=gen(5))
+    perturbed = THETA.unsqueeze(1) + eps  # θ + ε   [N, S, m]
+    spread = perturbed.std(-1, keepdim=True, unbiased=False)
+    lam_eff = 0.1 * spread / upstream.abs().amax(-1, keepdim=True)  # λ_eff = λ·std(θ + ε)/‖∇zL‖_∞
+    plus = ORACLE.solve_torch(perturbed + lam_eff * upstream)
+    minus = ORACLE.solve_torch(perturbed - lam_eff * upstream)
+    torch.testing.assert_close(x.grad, ((plus - minus) / (2 * lam_eff)).sum(1))
+    # the largest target move is a tenth of the spread: a local step
+    step = THETA.unsqueeze(1) - RelativeTarget().params(THETA.unsqueeze(1), upstream)  # [N, S, m]
+    torch.testing.assert_close(
+        step.abs().amax(-1), 0.1 * THETA.std(-1, unbiased=False).unsqueeze(1).expand(-1, s)
+    )
+
+
+def test_one_sided_and_large_step_are_the_difference_of_eq_7() -> None:
+    for target, lam in ((RelativeTarget(lam=0.1, two_sided=False), 0.1), (RelativeTarget.large_step(), 10.0)):
+        layer = IMLE(ORACLE, NoNoise(), target)
+        x = THETA.clone().requires_grad_(True)
+        z = layer(x)
+        upstream = torch.randn(z.shape, generator=gen(7), dtype=torch.float64)
+        (z * upstream).sum().backward()
+        lam_eff = lam * THETA.std(-1, keepdim=True, unbiased=False) / upstream.abs().amax(-1, keepdim=True)
+        manual = (z - ORACLE.solve_torch(THETA - lam_eff * upstream)) / lam_eff
+        torch.testing.assert_close(x.grad, manual)
+
+
+def test_the_large_step_reaches_the_loss_optimum_and_the_default_stays_local() -> None:
+    # How often the target state MAP(θ' + ε) is the loss optimum MAP(−∇zL): mostly for the large step,
+    # rarely for the default
+    n = 4000
+    theta = torch.randn(n, 1, 10, generator=gen(8), dtype=torch.float64)
+    eps = SumOfGamma(k=3).sample((n, 1, 10), dtype=torch.float64, generator=gen(9))
+    g = torch.randn(n, 1, 10, generator=gen(10), dtype=torch.float64)
+    oracle = TopK(3, 10)
+    best = oracle.solve_torch(-g)
+
+    def reached(target: RelativeTarget) -> float:
+        return float(
+            (oracle.solve_torch(target.params(theta + eps, g) + 0 * eps) == best).all(-1).double().mean()
+        )
+
+    assert reached(RelativeTarget.large_step()) > 0.5
+    assert reached(RelativeTarget()) < 0.1
+
+
+def test_large_step_preset() -> None:
+    assert RelativeTarget.large_step() == RelativeTarget(lam=10.0, two_sided=False)
+    assert RelativeTarget.large_step(3.0) == RelativeTarget(lam=3.0, two_sided=False)
+    with pytest.raises(ValueError, match="RelativeTarget lam must be"):
+        RelativeTarget.large_step(0.0)
+
+
+# --------------------------------------------------------------------------- degenerate weights
+def test_spread_is_the_standard_deviation_with_fallbacks() -> None:
+    x = torch.tensor(
+        [[1.0, 2.0, 4.0], [5.0, 5.0, 5.0], [0.0, 0.0, 0.0], [1e-310, 0.0, -1e-310]], dtype=torch.float64
+    )
+    torch.testing.assert_close(
+        _spread(x).squeeze(-1), torch.tensor([x[0].std(unbiased=False), 5.0, 1.0, 1.0], dtype=torch.float64)
+    )
+    huge = torch.tensor([[1e308, -1e308, 0.0]], dtype=torch.float64)
+    assert torch.isfinite(_spread(huge)).all() and float(_spread(huge)) > 1e307
+    one = torch.tensor([[3.0]], dtype=torch.float64)  # m = 1: no spread, the magnitude
+    assert float(_spread(one)) == 3.0
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_no_noise_and_degenerate_theta_give_finite_nonzero_gradients(target: str, dtype: torch.dtype) -> None:
+    tiny = torch.finfo(dtype).tiny
+    cases = {
+        "subnormal": THETA.to(dtype) * (tiny / 4),  # θ + ε subnormal: no inf/NaN
+        "zero": torch.zeros(32, 8, dtype=dtype),  # std = max = 0: the fallback step of 1
+        "constant": torch.full((32, 8), 3.0, dtype=dtype),  # std = 0: the step is sized by max|θ|
+        "huge": THETA.to(dtype) * (torch.finfo(dtype).max / 8),
+        "tiny-normal": THETA.to(dtype) * (tiny * 64),
+    }
+    for name, theta in cases.items():
+        x = theta.clone().requires_grad_(True)
+        z = IMLE(ORACLE, NoNoise(), TARGETS[target]())(x)
+        (z * torch.linspace(-1, 1, 8, dtype=dtype)).sum().backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all(), name
+        assert x.grad.abs().sum() > 0, name
+
+
+def test_zero_upstream_gradient_gives_a_zero_estimate() -> None:
+    theta = THETA.clone()
+    theta[2] = torch.tensor([3.0, 2.0, 1.001, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # a near tie
+    for target in TARGETS.values():
+        x = theta.clone().requires_grad_(True)
+        z = IMLE(ORACLE, NoNoise(), target(), samples=2)(x)
+        upstream = torch.zeros(z.shape, dtype=torch.float64)
+        upstream[2, 1, 2], upstream[2, 1, 3] = 1.0, -1.0  # one row, one sample: swap items 2 and 3
+        (z * upstream).sum().backward()
+        assert x.grad is not None
+        others = torch.ones(32, dtype=torch.bool)
+        others[2] = False
+        assert x.grad[others].abs().sum() == 0
+        assert x.grad[2, 2] > 0 and x.grad[2, 3] < 0
+
+
+# --------------------------------------------------------------------------- homogeneity, not linearity
+HOMOGENEOUS: dict[str, Callable[[], TargetDistribution]] = {
+    **TARGETS,
+    "adaptive": lambda: AdaptiveTarget(step=0.0),
+    "adaptive-two-sided": lambda: AdaptiveTarget(step=0.0, two_sided=True),
+}
+
+
+@pytest.mark.parametrize("target", sorted(HOMOGENEOUS))
+def test_estimates_are_positively_homogeneous_not_additive(target: str) -> None:
+    def estimate(upstream: torch.Tensor) -> torch.Tensor:
+        x = THETA.clone().requires_grad_(True)
+        (IMLE(ORACLE, Gumbel(), HOMOGENEOUS[target](), generator=gen(12))(x) * upstream).sum().backward()
+        assert x.grad is not None
+        return x.grad
+
+    g = torch.randn(32, 8, generator=gen(13), dtype=torch.float64)
+    h = torch.randn(32, 8, generator=gen(14), dtype=torch.float64)
+    torch.testing.assert_close(estimate(2.5 * g), 2.5 * estimate(g), rtol=1e-12, atol=0.0)
+    assert not torch.allclose(estimate(g + h), estimate(g) + estimate(h))  # not additive
+    if HOMOGENEOUS[target]().two_sided:  # the central difference is odd: ∇zL → −∇zL swaps its two MAPs
+        torch.testing.assert_close(estimate(-g), -estimate(g), rtol=0.0, atol=0.0)
+    else:  # the one-sided difference is not
+        assert not torch.allclose(estimate(-g), -estimate(g))
+
+
+# --------------------------------------------------------------------------- a mean over samples
+def per_sample_estimates(make: Callable[[], nn.Module], s: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gradient of the loss averaged over the S samples, mean of the S one-sample estimates)``."""
+    upstream = torch.randn(32, s, 8, generator=gen(15), dtype=torch.float64)
+
+    def run(weights: torch.Tensor) -> torch.Tensor:
+        x = THETA.clone().requires_grad_(True)
+        (make()(x) * weights).sum().backward()
+        assert x.grad is not None
+        return x.grad
+
+    averaged = run(upstream / s)  # ∇zL of a loss averaged over the samples
+    singles = []
+    for k in range(s):  # the estimate with only sample k's (unscaled) ∇zL
+        mask = torch.zeros(1, s, 1, dtype=torch.float64)
+        mask[0, k] = 1.0
+        singles.append(run(upstream * mask))
+    return averaged, torch.stack(singles).mean(0)
+
+
+MEAN_OF_ESTIMATES: dict[str, Callable[[], nn.Module]] = {
+    "default": lambda: IMLE(ORACLE, Gumbel(), samples=3, generator=gen(16)),
+    "one-sided": lambda: IMLE(ORACLE, Gumbel(), TARGETS["one-sided"](), samples=3, generator=gen(16)),
+    "large-step": lambda: IMLE(ORACLE, Gumbel(), RelativeTarget.large_step(), samples=3, generator=gen(16)),
+    "ste": lambda: STE(ORACLE, samples=3, generator=gen(16)),
+}
+NOT_MEAN_OF_ESTIMATES: dict[str, Callable[[], nn.Module]] = {
+    "perturbed-target": lambda: IMLE(ORACLE, Gumbel(), PerturbedTarget(1.0), samples=3, generator=gen(16)),
+    "optimal-target": lambda: IMLE(ORACLE, Gumbel(), OptimalTarget(), samples=3, generator=gen(16)),
+    "blackbox-rule": lambda: IMLE(ORACLE, NoNoise(), PerturbedTarget(1.0), samples=3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEAN_OF_ESTIMATES))
+def test_a_mean_over_samples_gives_the_mean_of_the_estimates(name: str) -> None:
+    averaged, mean = per_sample_estimates(MEAN_OF_ESTIMATES[name], 3)
+    assert mean.abs().sum() > 0
+    torch.testing.assert_close(averaged, mean, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("name", sorted(NOT_MEAN_OF_ESTIMATES))
+def test_fixed_lambda_and_optimal_targets_do_not_average_under_a_mean(name: str) -> None:
+    averaged, mean = per_sample_estimates(NOT_MEAN_OF_ESTIMATES[name], 3)
+    assert not torch.allclose(averaged, mean, rtol=0.05)
+
+
+def test_adaptive_target_uses_one_lambda_for_all_samples() -> None:
+    # homogeneous (a mean over samples divides the summed-loss gradient by S), but its λ comes from
+    # every sample's ∇zL: a sample's estimate depends on the others
+    def make() -> nn.Module:
+        return IMLE(ORACLE, Gumbel(), AdaptiveTarget(step=0.0), samples=3, generator=gen(16))
+
+    averaged, mean = per_sample_estimates(make, 3)
+    upstream = torch.randn(32, 3, 8, generator=gen(15), dtype=torch.float64)
+    x = THETA.clone().requires_grad_(True)
+    (make()(x) * upstream).sum().backward()
+    assert x.grad is not None
+    torch.testing.assert_close(averaged, x.grad / 3, rtol=1e-12, atol=0.0)
+    assert not torch.allclose(averaged, mean, rtol=0.05)
+
+
+# --------------------------------------------------------------------------- AdaptiveTarget
+def test_adaptive_target_state_stays_float64_under_module_casts() -> None:
+    layer = IMLE(
+        ORACLE, Gumbel(), AdaptiveTarget(nonzero_target=8.0, step=1e-4), samples=2, generator=gen(17)
+    )
+    for cast in (
+        lambda m: m.to(torch.bfloat16),
+        lambda m: m.half(),
+        lambda m: m.float(),
+        lambda m: m.to("cpu"),
+    ):
+        cast(layer)
+        for name in ("beta", "nonzeros", "last_update"):
+            assert getattr(layer.target, name).dtype == torch.float64, name
+    layer.to(torch.bfloat16)
+    x = THETA.to(torch.bfloat16).requires_grad_(True)
+    for _ in range(5):
+        quadratic(layer(x)).backward()  # few nonzeros per sample (< 8): β grows by 1e-4 a step
+    assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)  # bf16 would round to 1.0
+    assert layer.state_dict()["target.beta"].dtype == torch.float64
+    assert float(layer.target.beta.to(torch.bfloat16)) == 1.0  # what the cast would have kept
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_adaptive_targets_survive_extreme_loss_scales(dtype: torch.dtype) -> None:
+    theta = THETA.to(dtype)
+    for target in (lambda: AdaptiveTarget(step=0.0), lambda: RowAdaptiveTarget(step=0.0)):
+        base = grad(IMLE(ORACLE, Gumbel(), target(), samples=2, generator=gen(18)), theta)
+        assert base.abs().sum() > 0
+        for alpha in (1e-30, 1e30):
+            scaled = grad(
+                IMLE(ORACLE, Gumbel(), target(), samples=2, generator=gen(18)),
+                theta,
+                lambda z, a=alpha: a * quadratic(z),  # type: ignore[misc]
+            )
+            assert torch.isfinite(scaled).all() and scaled.abs().sum() > 0
+            torch.testing.assert_close(scaled / alpha, base, rtol=1e-4, atol=0.0)
+
+
+def test_adaptive_target_on_an_empty_batch() -> None:
+    target = AdaptiveTarget()
+    empty = torch.zeros(0, 2, 8, dtype=torch.float64)
+    assert float(target.lam(torch.zeros(0, 1, 8, dtype=torch.float64), empty)) == 0.0
+    out = target.estimate(torch.zeros(0, 1, 8, dtype=torch.float64), empty, empty, empty, ORACLE.solve_torch)
+    assert out.shape == (0, 8)
+
+
+# --------------------------------------------------------------------------- documented defaults
+def test_target_defaults_are_pinned() -> None:
+    assert (RelativeTarget().lam, RelativeTarget().two_sided) == (0.1, True)
+    assert (PerturbedTarget().lam, PerturbedTarget().two_sided) == (10.0, False)
+    adaptive = AdaptiveTarget()
+    assert (adaptive.nonzero_target, float(adaptive.beta), adaptive.step, adaptive.momentum) == (
+        1.0,
+        1.0,
+        1e-4,
+        0.0,
+    )
+    assert (adaptive.decay, float(adaptive.nonzeros), adaptive.two_sided) == (0.9, 1.0, False)
+    row = RowAdaptiveTarget()
+    assert (row.nonzero_target, row.alpha, row.step, row.two_sided, row.min_norm) == (
+        0.1,
+        1.0,
+        0.05,
+        False,
+        1.0,
+    )
+    assert IMLE(ORACLE).target == RelativeTarget()
+
+
+def test_the_default_target_is_used_and_each_option_matters() -> None:
+    def estimate(target: TargetDistribution | None) -> torch.Tensor:
+        return grad(IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(19)), THETA)
+
+    default = estimate(None)
+    torch.testing.assert_close(default, estimate(RelativeTarget(lam=0.1, two_sided=True)), rtol=0.0, atol=0.0)
+    for other in (RelativeTarget(lam=0.2), RelativeTarget(two_sided=False), RelativeTarget.large_step()):
+        assert not torch.allclose(default, estimate(other))
+    fixed = estimate(PerturbedTarget())
+    torch.testing.assert_close(fixed, estimate(PerturbedTarget(10.0, two_sided=False)), rtol=0.0, atol=0.0)
+    assert not torch.allclose(fixed, estimate(PerturbedTarget(1.0)))
+    assert not torch.allclose(fixed, estimate(PerturbedTarget(two_sided=True)))
