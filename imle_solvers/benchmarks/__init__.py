@@ -49,6 +49,7 @@ SUITES: dict[str, tuple[str, str]] = {
         "imle_solvers.benchmarks.warcraft",
         "the paper's Warcraft 30×30 protocol: s per epoch, projected 50-epoch total (--full: accuracy)",
     ),
+    "exact": ("imle_solvers.benchmarks.exact", "each estimator's mean gradient vs the exact one, enumerated"),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 

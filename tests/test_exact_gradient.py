@@ -1,0 +1,152 @@
+"""The exact-gradient harness (`imle_solvers.benchmarks.exact`): its exact gradient, its problems, its
+measurement, and the default target against it at small sizes (the full table: `imle-solvers bench exact`)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from imle_solvers import IMLE, STE, Gumbel, NoNoise, TopK
+from imle_solvers.benchmarks import SUITES
+from imle_solvers.benchmarks import exact as harness
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("problem", sorted(harness.PROBLEMS))
+@pytest.mark.parametrize("loss", sorted(harness.LOSSES))
+def test_exact_gradient_is_the_derivative_of_the_expected_loss(problem: str, loss: str) -> None:
+    p = harness.PROBLEMS[problem]()
+    for tau, offset in ((0.5, 0.0), (2.0, 3.0)):
+        theta = (torch.randn(p.n_vars, generator=gen(0), dtype=torch.float64) + offset).requires_grad_(True)
+        f = harness.LOSSES[loss](gen(1), p.n_vars).scaled(1.7)
+        expected = torch.softmax(p.states @ theta / tau, 0) @ f(p.states)  # E_p[L] by enumeration
+        (autograd,) = torch.autograd.grad(expected, theta)
+        torch.testing.assert_close(harness.exact_gradient(p.states, theta.detach(), f, tau), autograd)
+
+
+def test_problems_list_their_states() -> None:
+    subsets, paths = harness.PROBLEMS["subsets"](), harness.PROBLEMS["paths"]()
+    knapsack = harness.PROBLEMS["knapsack"]()
+    assert subsets.states.shape == (math.comb(8, 3), 8) and subsets.constant_size
+    assert paths.states.shape == (25, 12) and not paths.constant_size  # Delannoy D(2, 3) = 25 paths
+    assert set(paths.states.sum(1).tolist()) == {4.0, 5.0, 6.0}
+    assert bool((paths.states[:, 0] == 1).all() and (paths.states[:, -1] == 1).all())  # corner to corner
+    weights = [3, 4, 5, 6, 7, 8, 9, 10]
+    feasible = sum(
+        1 for mask in itertools.product((0, 1), repeat=8) if sum(w * b for w, b in zip(weights, mask)) <= 20
+    )
+    assert knapsack.states.shape == (feasible, 8) and not knapsack.constant_size
+    assert bool((knapsack.states @ torch.tensor(weights, dtype=torch.float64) <= 20).all())
+    for problem in (subsets, paths, knapsack):
+        assert len({tuple(z.tolist()) for z in problem.states}) == len(problem.states)  # distinct
+        assert set(problem.states.unique().tolist()) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("problem", sorted(harness.PROBLEMS))
+def test_each_oracle_is_the_argmax_over_its_states(problem: str) -> None:
+    p = harness.PROBLEMS[problem]()
+    weights = torch.randn(64, p.n_vars, generator=gen(2), dtype=torch.float64)
+    states = (
+        p.oracle.solve_torch(weights) if isinstance(p.oracle, (TopK, harness.EnumerationOracle)) else None
+    )
+    assert states is not None
+    best = (weights @ p.states.T).max(-1).values
+    torch.testing.assert_close((states * weights).sum(-1), best)
+    assert p.oracle.expected_nonzeros == pytest.approx(float(p.states.sum(1).mean()))
+    assert p.noise(0.5).tau == 0.5 and p.noise(0.5).k == pytest.approx(float(p.states.sum(1).mean()))
+
+
+def test_mean_estimate_and_the_comparison() -> None:
+    p = harness.k_subsets(6, 2)
+    theta = torch.randn(6, generator=gen(3), dtype=torch.float64)
+    loss = harness.Loss("quadratic", torch.rand(6, generator=gen(4), dtype=torch.float64), alpha=3.0)
+    mean, stderr = harness.mean_estimate(STE(p.oracle, NoNoise()), theta, loss, rows=10)
+    z = p.oracle.solve_torch(theta)
+    torch.testing.assert_close(mean, 3.0 * 2 * (z - loss.target))  # STE passes ∇zL = 2α(z − b) through
+    assert torch.equal(stderr, torch.zeros(6, dtype=torch.float64))
+    x = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    assert harness.cosine_and_bias(x, x) == (1.0, 0.0)
+    assert harness.cosine_and_bias(torch.tensor([0.0, 2.0], dtype=torch.float64), x) == (0.0, math.sqrt(5))
+    assert harness.cosine_and_bias(torch.zeros(2, dtype=torch.float64), x) == (0.0, 1.0)
+    assert harness.cosine_and_bias(-x, x)[0] == -1.0
+
+
+def test_the_harness_agrees_with_an_exact_sampler() -> None:
+    # top-1 with Gumbel(τ) noise samples p exactly (Proposition 1): for a linear loss the default's small
+    # central difference must give the exact gradient, sign and scale included
+    p = harness.k_subsets(5, 1)
+    tau = 0.7
+    theta = torch.randn(5, generator=gen(5), dtype=torch.float64)
+    loss = harness.Loss("linear", torch.randn(5, generator=gen(6), dtype=torch.float64), alpha=2.0)
+    mean, _ = harness.mean_estimate(IMLE(p.oracle, Gumbel(tau), generator=gen(7)), theta, loss, rows=100_000)
+    cosine, bias = harness.cosine_and_bias(mean, harness.exact_gradient(p.states, theta, loss, tau))
+    assert cosine > 0.99 and bias < 0.1
+
+
+def test_run_returns_a_summary_and_detailed_rows() -> None:
+    rows = harness.run(
+        estimators=["IMLE default", "STE"],
+        problems=["subsets"],
+        rows=200,
+        instances=2,
+        taus=(1.0,),
+        alphas=(1.0, 10.0),
+        offsets=(0.0,),
+    )
+    summary = [r for r in rows if r["suite"] == "summary"]
+    detail = [r for r in rows if r["suite"] == "exact"]
+    assert len(summary) == 2 * 2 and len(detail) == 2 * 2 * 2  # estimators × α (× losses)
+    assert rows[: len(summary)] == summary  # the summary comes first
+    for row in rows:
+        assert -1.0 <= row["cosine"] <= 1.0 and row["min_cosine"] <= row["cosine"] + 1e-12
+        assert row["rel_bias"] >= 0 and row["mc_noise"] >= 0
+    assert {r["problem"] for r in detail} == {"3-of-8 subsets"} and {r["loss"] for r in detail} == {
+        "quadratic",
+        "linear",
+    }
+    assert SUITES["exact"][0] == "imle_solvers.benchmarks.exact"
+
+
+def test_the_default_target_is_close_to_the_exact_gradient_at_small_size() -> None:
+    # k-subsets and knapsacks, 4,000 rows, τ = 1: the default is close to the exact gradient at every
+    # loss scale and offset, and far closer than the large step and the fixed λ
+    estimators = ["IMLE default", "RelativeTarget.large_step()", "PerturbedTarget(lam=10)"]
+    rows = harness.run(
+        estimators=estimators,
+        problems=["subsets", "knapsack"],
+        rows=4000,
+        instances=2,
+        taus=(1.0,),
+        alphas=(1e-3, 1e3),
+    )
+    summary = {
+        (r["estimator"], r["alpha"], r["offset"]): r["cosine"] for r in rows if r["suite"] == "summary"
+    }
+    for alpha, offset in itertools.product((1e-3, 1e3), (0.0, 10.0)):
+        default = summary["IMLE default", alpha, offset]
+        assert default >= 0.8, (alpha, offset, default)
+        assert default > summary["RelativeTarget.large_step()", alpha, offset] + 0.2
+    # scale-equivariant: the same cosine at every loss scale (same noise)
+    assert summary["IMLE default", 1e-3, 0.0] == pytest.approx(summary["IMLE default", 1e3, 0.0])
+    # the fixed λ is not: a small step at α = 1e-3, eq. 10's large one at α = 1e3
+    fixed_small, fixed_large = (
+        summary["PerturbedTarget(lam=10)", 1e-3, 0.0],
+        summary["PerturbedTarget(lam=10)", 1e3, 0.0],
+    )
+    assert fixed_small > fixed_large + 0.2 and summary["IMLE default", 1e3, 0.0] > fixed_large + 0.2
+
+
+@pytest.mark.slow
+def test_the_default_target_meets_the_goal_on_the_full_harness() -> None:
+    # the goal: a mean cosine ≥ 0.75 at every loss scale and offset, over the three problems, both
+    # losses, τ ∈ {0.5, 1, 2} and four instances, 20,000 rows each (as `imle-solvers bench exact`)
+    rows = harness.run(estimators=["IMLE default"], alphas=(1e-3, 1.0, 1e3))
+    for row in rows:
+        if row["suite"] == "summary":
+            assert row["cosine"] >= 0.75, row
