@@ -402,3 +402,33 @@ def test_the_default_target_is_used_and_each_option_matters() -> None:
     torch.testing.assert_close(fixed, estimate(PerturbedTarget(10.0, two_sided=False)), rtol=0.0, atol=0.0)
     assert not torch.allclose(fixed, estimate(PerturbedTarget(1.0)))
     assert not torch.allclose(fixed, estimate(PerturbedTarget(two_sided=True)))
+
+
+# --------------------------------------------------------------------------- CUDA
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_targets_keep_their_invariances_and_state() -> None:  # pragma: no cover - GPU only
+    theta = THETA.cuda()
+
+    def on_device(z: torch.Tensor) -> torch.Tensor:
+        return (z - B.to(z.device, z.dtype)).square().sum()  # quadratic() with b on z's device
+
+    def estimate(target: TargetDistribution, c: float, offset: float) -> torch.Tensor:
+        layer = IMLE(ORACLE, Gumbel(c), target, samples=3, generator=torch.Generator("cuda").manual_seed(0))
+        x = (c * theta + offset).requires_grad_(True)
+        on_device(layer(x)).backward()
+        assert x.grad is not None and x.grad.device.type == "cuda"
+        return x.grad
+
+    for target in (RelativeTarget(), RelativeTarget.large_step()):
+        base = estimate(target, 1.0, 0.0)
+        assert base.abs().sum() > 0
+        torch.testing.assert_close(estimate(target, 1.0, 10.0), base, rtol=1e-9, atol=1e-9)
+        assert torch.equal(estimate(target, 4.0, 0.0), base / 4)
+    layer = IMLE(ORACLE, Gumbel(), AdaptiveTarget(nonzero_target=8.0, step=1e-4), samples=2).cuda()
+    layer.to(torch.bfloat16)
+    assert layer.target.beta.dtype == torch.float64 and layer.target.beta.device.type == "cuda"
+    x = theta.to(torch.bfloat16).requires_grad_(True)
+    for _ in range(5):
+        on_device(layer(x)).backward()
+    assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)
