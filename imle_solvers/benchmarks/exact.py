@@ -296,13 +296,34 @@ def run(
     rows, instances, taus, alphas, offsets
         Override the sizes: rows per mean, random (θ, loss) pairs, temperatures, loss scales, offsets.
     """
-    rows = rows or (2_000 if quick else 20_000)
-    instances = instances or (1 if quick else 4)
-    taus = tuple(taus or ((1.0,) if quick else (0.5, 1.0, 2.0)))
-    names = list(estimators or ESTIMATORS)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # small tensors: threads only add synchronisation
+    try:
+        return _run(
+            list(estimators or ESTIMATORS),
+            list(problems or PROBLEMS),
+            rows or (2_000 if quick else 20_000),
+            instances or (1 if quick else 4),
+            tuple(taus or ((1.0,) if quick else (0.5, 1.0, 2.0))),
+            tuple(alphas),
+            tuple(offsets),
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(
+    names: list[str],
+    problems: list[str],
+    rows: int,
+    instances: int,
+    taus: tuple[float, ...],
+    alphas: tuple[float, ...],
+    offsets: tuple[float, ...],
+) -> list[dict[str, Any]]:
     detail: list[dict[str, Any]] = []
     pooled: dict[tuple[str, float, float], list[Measurement]] = {}
-    for problem_key in problems or PROBLEMS:
+    for problem_key in problems:
         problem = PROBLEMS[problem_key]()
         for loss_key, tau, alpha, offset in itertools.product(LOSSES, taus, alphas, offsets):
             per: dict[str, list[Measurement]] = {name: [] for name in names}
