@@ -46,8 +46,8 @@ class IMLE(PerturbAndMAPLayer):
         with a step of a tenth of the spread ``std(θ + ε)``. With the same noise the gradient is
         positively homogeneous in the loss (``grad(α·L) = α·grad(L)``, α > 0, under ``.mean()`` as
         under ``.sum()``), unchanged by an offset ``θ + c·1`` where every state has the same size,
-        and scaled by ``1/c`` when θ and the noise temperature are scaled by c; of the library's
-        estimators it is the closest to the exact gradient on enumerable problems.
+        and scaled by ``1/c`` when θ and the noise temperature are scaled by c; of the I-MLE
+        targets it is the closest to the exact gradient on enumerable problems.
         ``RelativeTarget.large_step()`` (close to eq. 10) trains better on regret losses;
         [`PerturbedTarget`][imle_solvers.PerturbedTarget] is the paper's fixed λ (scale-dependent);
         [`OptimalTarget`][imle_solvers.OptimalTarget] is eq. 10;

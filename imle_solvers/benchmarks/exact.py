@@ -13,8 +13,8 @@ perturbation is the library's default noise at temperature τ (Sum-of-Gamma with
 size, Theorem 1), which makes perturb-and-MAP approximate ``p`` at that temperature.
 
 Problems (`PROBLEMS`): the 3-subsets of 8 items (every state has 3 items: an offset of θ does not
-change ``p``), the node-weighted monotone paths of a 3 × 4 grid (3 to 6 cells), and the feasible
-subsets of an 8-item knapsack (0 to 5 items). Losses (`LOSSES`): ``α‖z − b‖²`` and ``α⟨g, z⟩``.
+change ``p``), the node-weighted monotone paths of a 3 × 4 grid (4 to 6 cells), and the feasible
+subsets of an 8-item knapsack (0 to 4 items). Losses (`LOSSES`): ``α‖z − b‖²`` and ``α⟨g, z⟩``.
 
 References
 ----------
