@@ -217,6 +217,16 @@ def test_no_noise_and_degenerate_theta_give_finite_nonzero_gradients(target: str
         assert x.grad.abs().sum() > 0, name
 
 
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_a_huge_inverse_step_is_clamped_not_infinite(target: str) -> None:
+    # std(θ + ε) of 1e-36 and ∇zL of 1e30 in float32: 1/λ_eff overflows; clamped, the estimate is finite
+    theta = torch.tensor([[3.0, 2.0, 1.001, 1.0, 0.0, 0.0, 0.0, 0.0]]) * 1e-36
+    x = theta.clone().requires_grad_(True)
+    z = IMLE(ORACLE, NoNoise(), TARGETS[target]())(x)
+    (z * torch.tensor([0.0, 0.0, 1e30, -1e30, 0.0, 0.0, 0.0, 0.0])).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
 def test_zero_upstream_gradient_gives_a_zero_estimate() -> None:
     theta = THETA.clone()
     theta[2] = torch.tensor([3.0, 2.0, 1.001, 1.0, 0.0, 0.0, 0.0, 0.0], dtype=torch.float64)  # a near tie
@@ -253,7 +263,8 @@ def test_estimates_are_positively_homogeneous_not_additive(target: str) -> None:
     h = torch.randn(32, 8, generator=gen(14), dtype=torch.float64)
     torch.testing.assert_close(estimate(2.5 * g), 2.5 * estimate(g), rtol=1e-12, atol=0.0)
     assert not torch.allclose(estimate(g + h), estimate(g) + estimate(h))  # not additive
-    if HOMOGENEOUS[target]().two_sided:  # the central difference is odd: ∇zL → −∇zL swaps its two MAPs
+    two_sided = HOMOGENEOUS[target]().two_sided  # type: ignore[attr-defined]
+    if two_sided:  # the central difference is odd: ∇zL → −∇zL swaps its two MAPs
         torch.testing.assert_close(estimate(-g), -estimate(g), rtol=0.0, atol=0.0)
     else:  # the one-sided difference is not
         assert not torch.allclose(estimate(-g), -estimate(g))
@@ -338,9 +349,10 @@ def test_adaptive_target_state_stays_float64_under_module_casts() -> None:
     x = THETA.to(torch.bfloat16).requires_grad_(True)
     for _ in range(5):
         quadratic(layer(x)).backward()  # few nonzeros per sample (< 8): β grows by 1e-4 a step
-    assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)  # bf16 would round to 1.0
+    beta = layer.target.beta  # type: ignore[attr-defined]
+    assert float(beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)  # bf16 would round it to 1.0
     assert layer.state_dict()["target.beta"].dtype == torch.float64
-    assert float(layer.target.beta.to(torch.bfloat16)) == 1.0  # what the cast would have kept
+    assert float(beta.to(torch.bfloat16)) == 1.0  # what the cast would have kept
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -390,6 +402,18 @@ def test_target_defaults_are_pinned() -> None:
     assert IMLE(ORACLE).target == RelativeTarget()
 
 
+def test_the_training_methods_use_the_documented_targets() -> None:
+    from imle_solvers.training.methods import build_method
+
+    def target_of(name: str) -> object:
+        return build_method(name, ORACLE).modules[0].target  # type: ignore[union-attr]
+
+    assert target_of("imle") == RelativeTarget.large_step()  # regret loss: the large step trains better
+    assert target_of("imle-pid") == PerturbedTarget(10.0)
+    assert isinstance(target_of("imle-mumu"), OptimalTarget)
+    assert isinstance(target_of("aimle"), AdaptiveTarget)
+
+
 def test_the_default_target_is_used_and_each_option_matters() -> None:
     def estimate(target: TargetDistribution | None) -> torch.Tensor:
         return grad(IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(19)), THETA)
@@ -427,8 +451,9 @@ def test_cuda_targets_keep_their_invariances_and_state() -> None:  # pragma: no 
         assert torch.equal(estimate(target, 4.0, 0.0), base / 4)
     layer = IMLE(ORACLE, Gumbel(), AdaptiveTarget(nonzero_target=8.0, step=1e-4), samples=2).cuda()
     layer.to(torch.bfloat16)
-    assert layer.target.beta.dtype == torch.float64 and layer.target.beta.device.type == "cuda"
+    beta = layer.target.beta  # type: ignore[attr-defined]
+    assert beta.dtype == torch.float64 and beta.device.type == "cuda"
     x = theta.to(torch.bfloat16).requires_grad_(True)
     for _ in range(5):
         on_device(layer(x)).backward()
-    assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)
+    assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)  # type: ignore[attr-defined]

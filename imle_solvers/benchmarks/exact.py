@@ -95,7 +95,7 @@ class EnumeratedProblem:
 
     name: str
     states: torch.Tensor
-    oracle: MapOracle
+    oracle: TorchOracle
 
     @property
     def n_vars(self) -> int:
@@ -106,7 +106,7 @@ class EnumeratedProblem:
         sizes = self.states.sum(1)
         return bool((sizes == sizes[0]).all())
 
-    def noise(self, tau: float) -> NoiseDistribution:
+    def noise(self, tau: float) -> SumOfGamma:
         """The layers' default noise at temperature τ: SoG with κ = the mean state size (Theorem 1)."""
         return SumOfGamma(k=float(self.states.sum(1).mean()), tau=tau)
 
