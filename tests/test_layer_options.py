@@ -199,7 +199,7 @@ def test_imle_defaults() -> None:
     oracle = TopK(2, M)
     layer = IMLE(oracle)
     assert layer.noise == SumOfGamma(k=2.0, tau=1.0, s=10)  # k from oracle.expected_nonzeros
-    assert type(layer.target) is RelativeTarget and layer.target == RelativeTarget(lam=10.0, two_sided=False)
+    assert type(layer.target) is RelativeTarget and layer.target == RelativeTarget(lam=0.1, two_sided=True)
     assert layer.rule is layer.target
     assert layer.samples == 1 and layer.pool is None and layer.generator is None
     assert layer.check_finite is None and layer.noise_on == "theta" and layer.target_noise_scale == 1.0
@@ -207,15 +207,15 @@ def test_imle_defaults() -> None:
     z = IMLE(oracle, generator=gen())(W)
     eps = SumOfGamma(k=2).sample((5, 1, M), dtype=torch.float64, generator=gen())
     assert z.shape == (5, M) and torch.equal(z, oracle.solve_torch(W + eps[:, 0]))
-    # the default target, seen in the gradient: RelativeTarget(10), the same ε (scale 1)
+    # the default target, seen in the gradient: RelativeTarget(0.1, two-sided), the same ε (scale 1)
     assert same(
         observe(IMLE(host(), generator=gen()), W),
-        observe(IMLE(host(), None, RelativeTarget(10.0), generator=gen()), W),
+        observe(IMLE(host(), None, RelativeTarget(0.1, two_sided=True), generator=gen()), W),
     )
-    # one forward and one backward call, each with the B rows of S = 1
+    # one forward call with the B rows of S = 1, one backward call with both MAPs of the central difference
     oracle_calls = host()
     observe(IMLE(oracle_calls, generator=gen()), W)
-    assert oracle_calls.batch_calls == [5, 5]
+    assert oracle_calls.batch_calls == [5, 10]
 
 
 def test_ste_defaults() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from imle_solvers import IMLE, MapOracle, NoNoise, hamming_loss
+from imle_solvers import IMLE, MapOracle, NoNoise, RelativeTarget, hamming_loss
 from imle_solvers.errors import InvalidWeightsError
 from tests.support.paths import ROOT
 
@@ -68,7 +68,8 @@ def test_imle_trains_it(Assignment: Any) -> None:
     costs = torch.zeros(2, 16)
     costs[:, torch.eye(4).flatten().bool()] = -0.1  # the identity is optimal at the start
     costs.requires_grad_(True)
-    layer = IMLE(oracle, noise=NoNoise())
+    # no noise: the blackbox regime, which needs the large step (a local step flips no assignment here)
+    layer = IMLE(oracle, noise=NoNoise(), target=RelativeTarget.large_step())
     optim = torch.optim.SGD([costs], lr=10.0)
     start = float(hamming_loss(layer.eval()(costs.detach()), target.expand(2, 16)))
     layer.train()

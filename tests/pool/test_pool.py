@@ -587,7 +587,7 @@ def test_layer_sends_forward_and_backward_rows_in_one_call_each() -> None:
     layer = IMLE(Enum(STATES), samples=3, pool=spy, generator=torch.Generator().manual_seed(0))
     w = torch.randn(5, STATES.shape[1], requires_grad=True)
     layer(w).sum().backward()
-    assert spy.calls == [15, 15]
+    assert spy.calls == [15, 30]  # forward B·S rows; backward both MAPs of the two-sided default, 2·B·S
 
 
 def test_layer_with_process_pool_equals_layer_without(proc_pool: SolverPool) -> None:
