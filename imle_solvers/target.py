@@ -190,6 +190,10 @@ class RelativeTarget(TargetDistribution):
     It is not a derivative, but it trains better where ``∇z L`` is itself a score vector, as with the
     regret loss of predict-then-optimize.
 
+    With [`NoNoise`][imle_solvers.NoNoise] the distribution is a point mass and a local step changes
+    the state only where two weights nearly tie: most rows get a zero gradient. Without noise, use
+    ``large_step()`` (the blackbox regime) or [`Blackbox`][imle_solvers.Blackbox].
+
     Rows (and samples) with ``∇z L = 0`` get a zero gradient. Where ``std(θ + ε)`` is 0 or subnormal
     (all entries equal, e.g. θ = 0 with no noise) the step is sized by ``max|θ + ε|`` instead, and by 1
     where that is 0 or subnormal too; ``1/λ_eff`` is clamped to the largest finite number.

@@ -177,6 +177,18 @@ def test_the_large_step_reaches_the_loss_optimum_and_the_default_stays_local() -
     assert reached(RelativeTarget()) < 0.1
 
 
+def test_without_noise_the_local_step_rarely_moves_and_the_large_step_does() -> None:
+    # a point mass: the documented reason to use large_step() (the blackbox regime) with NoNoise
+    def moved(target: TargetDistribution) -> float:
+        x = THETA.clone().requires_grad_(True)
+        quadratic(IMLE(ORACLE, NoNoise(), target)(x)).backward()
+        assert x.grad is not None
+        return float(x.grad.ne(0).any(-1).double().mean())  # share of rows with a nonzero gradient
+
+    assert moved(RelativeTarget()) < 0.5  # only rows whose weights nearly tie
+    assert moved(RelativeTarget.large_step()) > 0.9
+
+
 def test_large_step_preset() -> None:
     assert RelativeTarget.large_step() == RelativeTarget(lam=10.0, two_sided=False)
     assert RelativeTarget.large_step(3.0) == RelativeTarget(lam=3.0, two_sided=False)

@@ -291,10 +291,20 @@ def run(
     ----------
     quick
         2,000 rows, one instance, τ = 1 (seconds); otherwise 20,000 rows, 4 instances, τ ∈ {0.5, 1, 2}.
-    estimators, problems
-        Keys of `ESTIMATORS` and `PROBLEMS` (default: all).
-    rows, instances, taus, alphas, offsets
-        Override the sizes: rows per mean, random (θ, loss) pairs, temperatures, loss scales, offsets.
+    estimators
+        Keys of `ESTIMATORS` (default: all).
+    problems
+        Keys of `PROBLEMS` (default: all).
+    rows
+        Rows sharing θ per mean estimate.
+    instances
+        Random (θ, loss) pairs per cell.
+    taus
+        Noise temperatures τ (of the noise and of ``p``).
+    alphas
+        Loss scales α.
+    offsets
+        Offsets c of θ + c·1.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small tensors: threads only add synchronisation
