@@ -33,7 +33,7 @@ step "CUDA tests"
 # the modules whose CUDA paths are newest first, so that a cut-short run still covers them
 timeout 80 python3 -m pytest -q -p no:cacheprovider -m cuda -o addopts="" --timeout 40 \
     tests/adapters/test_torch_matching.py tests/adapters/test_torch_spanning_tree.py \
-    tests/adapters/test_device_cuda.py tests/training/test_step.py tests/test_torch_func.py \
+    tests/adapters/test_device_cuda.py tests/training/test_step.py tests/test_torch_func.py tests/test_targets.py \
     tests/benchmarks/test_bench_warcraft.py tests/test_noise.py tests/adapters/test_graphs_cuda.py \
     tests/pool/test_pool.py tests/test_estimator_semantics.py tests/test_imle.py \
     tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py \
