@@ -1,4 +1,5 @@
-"""The `imle-solvers` command (also `python -m imle_solvers`): `demo`, `toy`, `vae`, `l2x`, `train`, `bench`.
+"""The `imle-solvers` command (also `python -m imle_solvers`): `demo`, `toy`, `vae`, `l2x`, `sort`, `train`,
+`bench`.
 
 Each command lives in its own module exposing ``COMMAND`` (a [`Command`][imle_solvers.app.command.Command]:
 its configuration type, whose fields generate its parser, and ``run(config)``, which does from Python
@@ -23,6 +24,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "toy": ("imle_solvers.experiments.topk_toy.cli", "the I-MLE paper's synthetic top-k experiment"),
     "vae": ("imle_solvers.experiments.vae.cli", "the I-MLE paper's discrete 10-subset VAE"),
     "l2x": ("imle_solvers.experiments.l2x.cli", "learning to explain on a planted-explanation corpus"),
+    "sort": (
+        "imle_solvers.experiments.sort.cli",
+        "learn to sort handwritten numbers through a matching layer",
+    ),
     "train": (
         "imle_solvers.training.command",
         "predict-then-optimize training: compare methods on one problem",

@@ -45,6 +45,7 @@ commands:
     toy          {cli.COMMANDS["toy"][1]}
     vae          {cli.COMMANDS["vae"][1]}
     l2x          {cli.COMMANDS["l2x"][1]}
+    sort         {cli.COMMANDS["sort"][1]}
     train        {cli.COMMANDS["train"][1]}
     bench        {cli.COMMANDS["bench"][1]}
 

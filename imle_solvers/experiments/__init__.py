@@ -1,1 +1,1 @@
-"""Experiments behind `imle-solvers demo`, `toy`, `vae` and `l2x` (and the scripts in `examples/`)."""
+"""Experiments behind `imle-solvers demo`, `toy`, `vae`, `l2x` and `sort` (and the scripts in `examples/`)."""

@@ -27,6 +27,7 @@ REGISTRIES = {
     "toy": "imle_solvers.experiments.topk_toy",
     "vae": "imle_solvers.experiments.vae",
     "l2x": "imle_solvers.experiments.l2x",
+    "sort": "imle_solvers.experiments.sort",
     "problems": "imle_solvers.training",
 }
 
