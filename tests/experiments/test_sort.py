@@ -16,6 +16,7 @@ import torch
 from imle_solvers import IMLE, STE, Gumbel, PerturbedTarget, SumOfGamma, TorchMatching, cli
 from imle_solvers.errors import ConfigError
 from imle_solvers.experiments import sort
+from imle_solvers.experiments.sort import data as sort_data
 from imle_solvers.experiments.sort import run as sort_run
 from imle_solvers.experiments.sort.data import (
     DigitPool,
@@ -107,11 +108,19 @@ def test_sorting_permutation_sorts(pools: tuple[DigitPool, DigitPool]) -> None:
     assert ties.reshape(3, 3).tolist() == [[0, 1, 0], [1, 0, 0], [0, 0, 1]]  # equal values keep their order
 
 
-def test_distinct_values_by_rejection_and_by_keys(pools: tuple[DigitPool, DigitPool]) -> None:
+def test_distinct_values_by_rejection_and_by_keys(
+    pools: tuple[DigitPool, DigitPool], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for n, digits in ((10, 1), (9, 4), (12, 5)):  # all ten digits; rejection over 10⁴ and 10⁵ values
         values = make_sequences(pools[1], 300, n, digits, torch.Generator().manual_seed(n)).values
         ordered = values.sort(-1).values
         assert bool((ordered[:, 1:] > ordered[:, :-1]).all()) and int(values.max()) < 10**digits
+    monkeypatch.setattr(sort_data, "_KEY_BUDGET", 30_000)  # keys for 3 rows at a time
+    long = make_sequences(pools[1], 8, 120, 4, torch.Generator().manual_seed(1)).values  # n² > 10⁴: keys
+    assert long.shape == (8, 120) and bool((long.sort(-1).values.diff(dim=-1) > 0).all())
+    keys = torch.Generator().manual_seed(1)
+    chunks = [torch.rand(rows, 10**4, generator=keys).argsort(-1)[:, :120] for rows in (3, 3, 2)]
+    assert torch.equal(long, torch.cat(chunks))  # the first 120 of a random order, 3 rows at a time
     full = make_sequences(pools[1], 50, 10, 1, torch.Generator().manual_seed(0)).values
     assert bool((full.sort(-1).values == torch.arange(10)).all())
     assert len({tuple(row) for row in full.tolist()}) > 40  # in random order
@@ -531,7 +540,7 @@ def test_chance_levels() -> None:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(120)
 def test_sort_runs_on_cuda(tmp_path: Path) -> None:
     config = sort.SortConfig(quick=True, ns=(3, 5), device="cuda", out=str(tmp_path), show_progress=False)
     result = sort.run_sort(config)

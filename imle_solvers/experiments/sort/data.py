@@ -149,13 +149,27 @@ def sorting_permutation(values: torch.Tensor) -> torch.Tensor:
     return perm.flatten(-2)
 
 
+_KEY_BUDGET = 2**22
+"""Random keys drawn at once by `_distinct_values` (rows × range), to bound its memory."""
+
+
 def _distinct_values(count: int, n: int, high: int, generator: torch.Generator) -> torch.Tensor:
-    """``[count, n]`` values drawn uniformly from the n-subsets of ``range(high)``, in random order."""
-    if high <= 4096:  # random keys: exact and fast for small ranges
-        keys = torch.rand(count, high, generator=generator)
-        return torch.argsort(keys, dim=-1)[:, :n]
+    """``[count, n]`` values drawn uniformly from the n-subsets of ``range(high)``, in random order.
+
+    Small ranges, and sequences too long for rejection to be quick (``n² > high``), take the first ``n``
+    of a random ordering of the range (``argsort`` of uniform keys, rows in chunks of bounded memory);
+    otherwise values are drawn independently and the sequences with a repeat drawn again (each try
+    succeeds with probability above ``e^{-1/2}``).
+    """
+    if high <= 4096 or n * n > high:
+        rows = max(1, _KEY_BUDGET // high)
+        parts = [
+            torch.argsort(torch.rand(min(rows, count - start), high, generator=generator), dim=-1)[:, :n]
+            for start in range(0, count, rows)
+        ]
+        return torch.cat(parts)
     values = torch.randint(high, (count, n), generator=generator)
-    while True:  # rejection: redraw the sequences with a repeat (rare for n ≪ high)
+    while True:
         ordered = values.sort(dim=-1).values
         repeat = (ordered[:, 1:] == ordered[:, :-1]).any(dim=-1)  # [count]
         if not bool(repeat.any()):
