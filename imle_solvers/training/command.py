@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from ..app.command import Command
 from .config import TrainConfig
+from .distributed import is_main_process
 from .results import SUMMARY, TrainRun
 from .runner import run, title
 
@@ -26,6 +27,8 @@ def _run(config: TrainConfig, on_result: object = None) -> tuple[list[TrainRun],
 
 
 def _show(config: TrainConfig, outcome: tuple[list[TrainRun], float]) -> None:
+    if not is_main_process():  # under torchrun, rank 0 prints
+        return
     results, seconds = outcome
     used = config.resolved()
     print(f"\n{title(used)}, {len(used.seeds)} seed(s), {seconds:.1f} s in all\n")

@@ -17,6 +17,7 @@ from .._checks import in_range, integer_at_least, non_negative_int, positive, po
 from ..app.config import CommandConfig, option
 from ..app.session import device_name, resolve_device
 from ..errors import ConfigError, DataError
+from .distributed import planned_world_size
 from .methods import METHODS
 from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
 
@@ -176,6 +177,9 @@ class TrainConfig(CommandConfig):
         per run, each written as it finishes (``None``: nothing is written).
     show_progress
         Progress bars and a line per finished run.
+    dist_timeout
+        Under ``torchrun``: seconds a training process waits for the others in one collective before it
+        fails (a process that stops answering cannot hang the others).
 
     References
     ----------
@@ -334,6 +338,12 @@ examples:
         default_text="none: nothing is written",
     )
     show_progress: bool = option(True, "no progress bars", flags=("--quiet", "--no-progress"))
+    dist_timeout: float = option(
+        300.0,
+        "under torchrun: seconds a training process waits for the others before it fails",
+        check=lambda v: positive("", v),
+        metavar="SECONDS",
+    )
 
     @classmethod
     def help_epilog(cls) -> str:
@@ -393,8 +403,9 @@ examples:
 
         The ``auto`` rules: on a CUDA device, the CNNs (``terrain-cnn``, ``resnet-stem``) train under
         bfloat16 autocast (where the GPU supports it) in channels-last memory format, and the image
-        problems with device-native oracles record their step as a CUDA graph (``--compile graph``); on
-        the CPU, and for the linear models, every operation runs eagerly in float32.
+        problems with device-native oracles record their step as a CUDA graph (``--compile graph``) when
+        one process trains (not under ``torchrun``: DDP's all-reduce cannot be recorded); on the CPU, and
+        for the linear models, every operation runs eagerly in float32.
         """
         schedule_name = self.schedule or SCHEDULE_DEFAULTS.get(self.problem, "constant")
         epochs, batch_size, lr, drops = SCHEDULES[schedule_name]
@@ -426,5 +437,7 @@ examples:
             filled["channels_last"] = "on" if cuda and cnn else "off"
         if self.compile == "auto":
             native = self.oracle != "host" and self.workers == 0
-            filled["compile"] = "graph" if cuda and self.problem in IMAGE_PROBLEMS and native else "off"
+            alone = planned_world_size() == 1  # a CUDA graph cannot hold DDP's all-reduce
+            graph = cuda and self.problem in IMAGE_PROBLEMS and native and alone
+            filled["compile"] = "graph" if graph else "off"
         return dataclasses.replace(self, **filled)

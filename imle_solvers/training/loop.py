@@ -20,7 +20,9 @@ from torch import nn
 
 from .._device import upload
 from ..data.dataset import PTODataset
+from ..errors import ConfigError, ImleSolversError
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
+from .distributed import DistributedContext, Shard, shard_noise
 from .methods import METHODS, MethodOptions
 from .results import TrainRun
 from .step import TrainStep, make_step
@@ -45,6 +47,7 @@ def evaluate(
     batch: int = 1000,
     *,
     amp: bool = False,
+    distributed: DistributedContext | None = None,
 ) -> dict[str, float]:
     """Normalised regret and accuracy (share of instances whose decision has the optimal objective).
 
@@ -66,6 +69,9 @@ def evaluate(
         Instances per model / oracle call.
     amp
         Run the model under bfloat16 autocast (the predicted weights are solved in float64).
+    distributed
+        With several training processes: each evaluates its contiguous share of ``data`` and the sums
+        are added over the processes (one all-reduce), so that every process returns the same numbers.
     """
     oracle = data.oracle if oracle is None else oracle
     was_training = model.training
@@ -75,8 +81,10 @@ def evaluate(
     total = torch.zeros((), dtype=torch.float64, device=device)
     norm = torch.zeros((), dtype=torch.float64, device=device)
     hits = torch.zeros((), dtype=torch.int64, device=device)
-    for i in range(0, len(data), batch):
-        x, c, f_star = (t[i : i + batch] for t in (data.features, data.costs, data.objectives))
+    start, stop = (0, len(data)) if distributed is None else distributed.share(len(data))
+    for i in range(start, stop, batch):
+        j = min(i + batch, stop)
+        x, c, f_star = (t[i:j] for t in (data.features, data.costs, data.objectives))
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
             c_hat = model(x)
         c_hat = c_hat.to(torch.float64)
@@ -87,6 +95,9 @@ def evaluate(
         norm += f64.abs().sum()
         hits += torch.isclose(obj, f64, rtol=1e-5, atol=1e-6).sum()
     model.train(was_training)
+    if distributed is not None:  # Σ over the processes' shares: one all-reduce
+        sums = distributed.all_reduce(torch.stack([total, norm, hits.to(torch.float64)]))
+        total, norm, hits = sums[0], sums[1], sums[2].round().to(torch.int64)
     # one device → host transfer for the whole evaluation
     return {"regret": float(total) / max(float(norm), 1e-12), "accuracy": int(hits) / max(len(data), 1)}
 
@@ -113,6 +124,7 @@ def train_model(
     amp: bool = False,
     channels_last: bool = False,
     time_limit: float | None = None,
+    distributed: DistributedContext | None = None,
 ) -> TrainRun:
     """Train ``model`` with one method; test regret before training and after every epoch.
 
@@ -166,6 +178,13 @@ def train_model(
     time_limit
         Stop after the epoch during which the training time (evaluations excluded) passed this many
         seconds; the run then has fewer than ``epochs`` epochs (``None``: no limit).
+    distributed
+        Train data-parallel with this process group (see
+        [`distributed`][imle_solvers.training.distributed]): this process trains on its share of every
+        batch, the model in `DistributedDataParallel`, and every process returns the result one process
+        would with the same seed and ``batch_size`` (up to the order of floating-point sums). Only rank 0
+        shows progress; an epoch's time is the slowest process's. ``compile`` must not record a CUDA
+        graph (``off`` or ``model``).
 
     Returns
     -------
@@ -194,6 +213,12 @@ def train_model(
         options = dataclasses.replace(options, pool=pool)
     if method_name not in METHODS:
         raise ValueError(f"unknown method {method_name!r}; choose from {', '.join(METHODS)}")
+    if distributed is not None and "graph" in compile:
+        raise ConfigError(
+            f"{compile!r} records the step as a CUDA graph, which cannot hold DistributedDataParallel's "
+            "gradient all-reduce: use off or model with several training processes",
+            "compile",
+        )
     method = METHODS[method_name](oracle, options)
     for module in method.modules:
         module.to(dev)  # layers with state (AdaptiveTarget) keep it beside the weights
@@ -201,9 +226,14 @@ def train_model(
     opt = torch.optim.Adam(list(model.parameters()), lr=lr, capturable=capturable)
     running = torch.zeros((), device=dev)  # Σ training loss of the epoch, summed on the device
     step = make_step(compile, model, method, opt, train, running, batch_size=batch_size, amp=amp)
-    gen = torch.Generator().manual_seed(seed)  # batch order, the same on every device
+    rows = Shard()  # this process's rows of the current global batch
+    if distributed is not None:
+        step.forward = distributed.wrap(step.forward, rows)  # DDP: gradients averaged over the processes
+        shard_noise(method.modules, rows)  # the noise of the global batch, this process's rows of it
+        show_progress = show_progress and distributed.is_main
+    gen = torch.Generator().manual_seed(seed)  # batch order, the same on every device and process
     start = time.perf_counter()
-    first = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp)
+    first = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp, distributed=distributed)
     curve, acc_curve = [first["regret"]], [first["accuracy"]]
     eval_times = [time.perf_counter() - start]
     times: list[float] = []
@@ -216,7 +246,9 @@ def train_model(
         _synchronize(dev)
         start = time.perf_counter()
         bar = _progress_bar(-(-n // batch_size), f"{method_name} {epoch + 1}/{epochs}", show_progress)
-        _train_epoch(step, gen, batch_size, _LossDisplay(bar, running, n, batch_size))
+        world = 1 if distributed is None else distributed.world_size
+        display = _LossDisplay(bar, running, n, batch_size, share=1 / world)
+        _train_epoch(step, gen, batch_size, display, rows, distributed)
         if bar is not None:
             bar.close()
         lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
@@ -226,9 +258,13 @@ def train_model(
             step.lr_changed()
         _synchronize(dev)
         times.append(time.perf_counter() - start)
+        if distributed is not None:
+            times[-1] = distributed.slowest(times[-1])  # every process stops after the same epoch
+            distributed.all_reduce(running)  # Σ over the processes' shares
+            distributed.sync_buffers(model)  # rank 0's batch-norm statistics for the evaluation
         losses.append(float(running) / max(n, 1))  # the epoch's one read of the loss
         start = time.perf_counter()
-        ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp)
+        ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp, distributed=distributed)
         eval_times.append(time.perf_counter() - start)
         curve.append(ev["regret"])
         acc_curve.append(ev["accuracy"])
@@ -251,15 +287,39 @@ def train_model(
     )
 
 
-def _train_epoch(step: TrainStep, gen: torch.Generator, batch_size: int, display: _LossDisplay) -> None:
-    """One epoch: a batch order drawn from ``gen`` (on the CPU: the same on every device), then the
-    steps; no host synchronisation (the loss display reads a copy of the loss only when it has arrived)."""
+def _train_epoch(
+    step: TrainStep,
+    gen: torch.Generator,
+    batch_size: int,
+    display: _LossDisplay,
+    rows: Shard,
+    distributed: DistributedContext | None = None,
+) -> None:
+    """One epoch: a batch order drawn from ``gen`` (on the CPU: the same on every device and process),
+    then the steps, each on this process's share of its batch; no host synchronisation (the loss display
+    reads a copy of the loss only when it has arrived)."""
     n = len(step.data)
     perm = upload(torch.randperm(n, generator=gen), step.device)  # one copy per epoch, without waiting
     step.running.zero_()
     for b, start in enumerate(range(0, n, batch_size)):
-        step(perm[start : start + batch_size])  # indices of the batch, on the device   [B]
+        indices = perm[start : start + batch_size]  # the global batch, on the device   [B]
+        rows.start, rows.stop, rows.total = 0, len(indices), len(indices)
+        if distributed is not None:
+            rows.start, rows.stop = distributed.share(len(indices))
+            indices = indices[rows.start : rows.stop]  # this process's share   [B_r]
+        try:
+            step(indices)
+        except ImleSolversError as err:
+            if distributed is not None:
+                _global_rows(err, rows, distributed)
+            raise
         display.update(b)
+
+
+def _global_rows(err: ImleSolversError, rows: Shard, distributed: DistributedContext) -> None:
+    """Renumber the rows of a typed error of this process's share in the global batch (in place)."""
+    err.message = f"{err.message} (training process {distributed.rank} of {distributed.world_size})"
+    err.with_rows(r + rows.start for r in err.rows)
 
 
 class _LossDisplay:
@@ -267,8 +327,9 @@ class _LossDisplay:
     synchronisation: on CUDA the loss is copied into pinned memory without blocking and shown once the
     copy has arrived (a CUDA event says so), on the CPU it is read directly."""
 
-    def __init__(self, bar: Any, running: torch.Tensor, n: int, batch_size: int) -> None:
+    def __init__(self, bar: Any, running: torch.Tensor, n: int, batch_size: int, share: float = 1.0) -> None:
         self.bar, self.running, self.n, self.batch_size = bar, running, n, batch_size
+        self.share = share  # this process's share of each batch (the running loss sums only its rows)
         self.cuda = running.device.type == "cuda"
         self.last = -(-n // batch_size) - 1
         self.pending: tuple[Any, torch.Tensor, int] | None = None  # (event, pinned copy, instances)
@@ -279,7 +340,7 @@ class _LossDisplay:
         self.bar.update(1)
         if (b + 1) % LOSS_EVERY and b != self.last:
             return
-        seen = min(self.n, (b + 1) * self.batch_size)
+        seen = round(min(self.n, (b + 1) * self.batch_size) * self.share)
         if not self.cuda:
             self._show(float(self.running), seen)
             return

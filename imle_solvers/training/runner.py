@@ -8,8 +8,10 @@ from collections.abc import Callable
 import torch
 
 from ..app.session import Session
+from ..errors import ConfigError
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from .config import TrainConfig, resolve_device
+from .distributed import DistributedContext, check_batches, planned_world_size, process_group
 from .loop import train_model
 from .methods import MethodOptions
 from .problems import DEFAULTS, make_problem
@@ -39,6 +41,11 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
     data (data seed = ``seed``) and model initialisation (``torch.manual_seed(seed)``); all methods of a
     seed start from the same initial model. The data move to the device once per seed.
 
+    Under ``torchrun`` (``WORLD_SIZE`` > 1), or in a process group the caller initialised, the processes
+    train one model data-parallel (see [`distributed`][imle_solvers.training.distributed]): each on its
+    share of every batch of ``batch_size``, with the result of one process; only rank 0 prints and writes
+    ``out``, and every process returns the runs.
+
     Parameters
     ----------
     config
@@ -56,22 +63,35 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
         When a result cannot be written; the finished runs were handed to ``on_result``.
     """
     used = config.resolved()
+    assert used.n_train is not None and used.batch_size is not None
+    world = planned_world_size()
+    check_batches(used.n_train, used.batch_size, world)  # before any process waits
+    if world > 1 and "graph" in used.compile:
+        raise ConfigError(
+            "cannot record the step as a CUDA graph with several training processes (DDP's all-reduce "
+            f"is not recorded): use off or model, got {used.compile!r}",
+            "compile",
+        )
+    group = process_group(used.device, used.dist_timeout)
+    if group is not None and not group.is_main:  # rank 0 alone prints and writes
+        config, used = config.replace(out=None), used.replace(out=None, show_progress=False)
     with Session(config, SUMMARY, resolved=used.as_dict(), on_result=on_result) as session:
         if used.device != "cpu":
             torch.backends.cudnn.benchmark = (
                 True  # fixed image sizes: let cuDNN pick the fastest convolutions
             )
-        _train_all(used, session)
+        _train_all(used, session, group)
         name = title(used)
         session.finish(
             markdown=f"{name}, {len(used.seeds)} seed(s)",
+            extra=None if group is None else {"distributed": group.describe()},
             plots=[("curves.png", lambda path: plot_curves(session.records, path, title=name))],
         )
     return list(session.records)
 
 
-def _train_all(config: TrainConfig, session: Session) -> None:
-    device = resolve_device(config.device)
+def _train_all(config: TrainConfig, session: Session, group: DistributedContext | None) -> None:
+    device = resolve_device(config.device) if group is None else group.device
     assert config.samples is not None and config.epochs is not None and config.batch_size is not None
     assert config.lr is not None and config.bb_loss is not None and config.n_train and config.n_test
     extra = DEFAULTS[config.problem]
@@ -129,6 +149,7 @@ def _train_all(config: TrainConfig, session: Session) -> None:
                     compile=config.compile,
                     amp=config.amp == "bf16",
                     channels_last=config.channels_last == "on",
+                    distributed=group,
                 )
                 result = dataclasses.replace(
                     result,

@@ -1,0 +1,390 @@
+"""Data-parallel training: one model trained by several processes, each on its share of every batch.
+
+``torchrun --nproc-per-node N -m imle_solvers train ...`` starts N processes; each finds the process group
+in the environment torchrun sets (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``)
+and [`run`][imle_solvers.training.run] trains one model with them. A process group that the caller
+initialised already (``torch.distributed.init_process_group``) is used as it is. What each process does:
+
+* **The backend** is ``gloo`` on the CPU and ``nccl`` on CUDA, where process ``LOCAL_RANK`` takes
+  ``cuda:LOCAL_RANK``. Every collective fails after ``dist_timeout`` seconds, so a process that stops
+  answering cannot hang the others; a process that dies is noticed by the others at once.
+* **Batches.** Every process draws the same batch order from the seed (as one process does). Each global
+  batch of ``batch_size`` instances is cut into ``N`` contiguous shares whose sizes differ by at most one;
+  process ``r`` trains on share ``r``.
+* **Gradients.** The model is wrapped in `DistributedDataParallel`, which averages the gradients over the
+  processes; the gradient of each share is weighted by its size first, so that the average is the mean
+  over the global batch even where the shares differ in size (the last batch of an epoch). A step
+  recorded as a CUDA graph cannot hold DDP's all-reduce: ``--compile`` is ``off`` or ``model``.
+* **Noise.** Each process draws the perturbations of the *whole* global batch, in the same call as one
+  process would, and keeps the rows of its share: process ``r`` perturbs an instance exactly as one process
+  would. Drawing costs ``N`` times more than the share needs; solving, the expensive part, does not.
+* **Evaluation** is sharded too: each process evaluates a contiguous share of the test set and the sums
+  behind the regret and the accuracy are added over the processes, so every process holds the same curve.
+* **Output.** Only rank 0 writes result files and prints progress.
+
+The result is the same as one process training with the same seed and global batch, up to the order of
+floating-point sums (checked by the test suite with two processes). Two exceptions: batch normalisation
+on the CPU normalises each share by its own statistics (torch's `SyncBatchNorm` runs on CUDA only; on CUDA
+the model's batch-norm layers are converted to it), and a layer whose state is updated from its batch
+([`AdaptiveTarget`][imle_solvers.AdaptiveTarget]) must combine its statistics over the processes, which
+the library's layers do.
+
+Why not torch's `DistributedSampler`: it deals one epoch's permutation out to the processes in turn and
+pads it with repeated instances, so a process's batches are not shares of one process's batches and the
+result cannot match a single process. Training loops written by hand may use it as usual (see the
+"Scaling out" page of the documentation).
+
+References
+----------
+PyTorch documentation, "DistributedDataParallel",
+<https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html>.
+
+PyTorch documentation, "torchrun (Elastic Launch)", <https://pytorch.org/docs/stable/elastic/run.html>.
+
+Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020,
+<https://arxiv.org/abs/2006.15704>.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import datetime
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..noise import NoiseDistribution
+from ..perturb_and_map import PerturbAndMAPLayer
+from .methods import scale_grad
+
+__all__ = [
+    "DistributedContext",
+    "GlobalBatchNoise",
+    "Shard",
+    "check_batches",
+    "is_main_process",
+    "planned_world_size",
+    "process_group",
+    "shard_noise",
+    "share",
+]
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f"the environment variable {name} must be an integer, got {text!r}") from None
+    if value < 0:
+        raise ConfigError(f"the environment variable {name} must be >= 0, got {text!r}")
+    return value
+
+
+def _initialized() -> bool:
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def planned_world_size() -> int:
+    """How many training processes will train together: the size of the process group the caller
+    initialised, else ``WORLD_SIZE`` as ``torchrun`` sets it (1 when unset)."""
+    if _initialized():
+        import torch.distributed as dist
+
+        return int(dist.get_world_size())
+    return max(1, _env_int("WORLD_SIZE", 1))
+
+
+def is_main_process() -> bool:
+    """Whether this process prints and writes: rank 0 of the process group (or of ``RANK`` as set by
+    ``torchrun``), or the only process."""
+    if _initialized():
+        import torch.distributed as dist
+
+        return int(dist.get_rank()) == 0
+    return _env_int("RANK", 0) == 0
+
+
+def share(rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """``(start, stop)`` of share ``rank`` when ``rows`` rows are cut into ``world_size`` contiguous shares
+    whose sizes differ by at most one (the first ``rows % world_size`` shares have one more)."""
+    base, extra = divmod(rows, world_size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def check_batches(n_train: int, batch_size: int, world_size: int) -> None:
+    """Raise [`ConfigError`][imle_solvers.errors.ConfigError] unless every step gives every one of
+    ``world_size`` processes at least one instance (before any work: a process without rows would leave
+    the others waiting)."""
+    if world_size <= 1:
+        return
+    if batch_size < world_size:
+        raise ConfigError(
+            f"must be at least the number of training processes ({world_size}), got {batch_size}",
+            "batch_size",
+        )
+    last = n_train % batch_size
+    if 0 < last < world_size:
+        raise ConfigError(
+            f"must leave a last batch of none or at least {world_size} instances (one per training "
+            f"process), got {n_train} (batches of {batch_size} leave {last})",
+            "n_train",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedContext:
+    """The process group one data-parallel training run uses (see the module docstring).
+
+    Attributes
+    ----------
+    rank
+        This process's rank (0 prints and writes).
+    world_size
+        Number of training processes.
+    local_rank
+        Rank on this machine (the CUDA device index where training runs on CUDA).
+    backend
+        ``"gloo"`` or ``"nccl"``.
+    device
+        Where this process trains.
+
+    References
+    ----------
+    PyTorch documentation, "Distributed communication package - torch.distributed",
+    <https://pytorch.org/docs/stable/distributed.html>.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that prints and writes."""
+        return self.rank == 0
+
+    def share(self, rows: int) -> tuple[int, int]:
+        """``(start, stop)`` of this process's contiguous share of ``rows`` rows (see `share`)."""
+        return share(rows, self.rank, self.world_size)
+
+    def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum ``tensor`` over the processes, in place (asynchronous to the host on CUDA); returns it."""
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor)
+        return tensor
+
+    def wrap(self, model: nn.Module, rows: Shard) -> nn.Module:
+        """What a training step calls instead of ``model`` (on `device` already): ``model`` in
+        `DistributedDataParallel`, the gradient of this process's share weighted by its size (``rows``,
+        updated before each step) so that DDP's average is the mean over the global batch. On CUDA the
+        model's batch-norm layers become `SyncBatchNorm` first (in place), so that they normalise over
+        the global batch."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if self.device.type == "cuda":
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            ddp = DistributedDataParallel(model, device_ids=[self.device])
+        else:
+            ddp = DistributedDataParallel(model)
+        return _ShareWeighted(ddp, rows, self.world_size)
+
+    def slowest(self, seconds: float) -> float:
+        """The largest of every process's ``seconds`` (one all-reduce): the same number everywhere."""
+        import torch.distributed as dist
+
+        value = torch.tensor([seconds], dtype=torch.float64, device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return float(value)
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Give every process rank 0's buffers (batch-norm running statistics) before an evaluation."""
+        import torch.distributed as dist
+
+        for buffer in model.buffers():
+            dist.broadcast(buffer, src=0)
+
+    def describe(self) -> dict[str, Any]:
+        """What ``results.json`` records of the run's processes."""
+        return {"world_size": self.world_size, "backend": self.backend, "device": str(self.device)}
+
+
+def _device(name: str, local_rank: int) -> torch.device:
+    """The device of process ``local_rank`` for a ``--device`` setting: ``cuda`` (and ``auto`` where CUDA
+    is available) → ``cuda:LOCAL_RANK``."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name != "cuda":
+        raise ConfigError(
+            f"must be cpu, cuda or auto with several training processes (each takes cuda:LOCAL_RANK), "
+            f"got {name!r}",
+            "device",
+        )
+    if local_rank >= torch.cuda.device_count():
+        raise ConfigError(
+            f"cuda: process LOCAL_RANK={local_rank} has no GPU of its own "
+            f"(this machine has {torch.cuda.device_count()})",
+            "device",
+        )
+    return torch.device("cuda", local_rank)
+
+
+def process_group(device: str, timeout: float) -> DistributedContext | None:
+    """The [`DistributedContext`][imle_solvers.training.distributed.DistributedContext] of this process,
+    or ``None`` when it trains alone.
+
+    Uses the process group that is initialised already (by the caller, or by an earlier call), else
+    initialises the default group from the environment ``torchrun`` sets when ``WORLD_SIZE`` > 1
+    (``gloo`` on the CPU, ``nccl`` on CUDA; every collective fails after ``timeout`` seconds). A group
+    initialised here lives until the process exits (it is destroyed then): a second run in the same
+    processes uses it again, as initialising a group twice on torchrun's store is not reliable.
+
+    Raises
+    ------
+    ConfigError
+        ``device`` is ``cuda:N`` (each process takes ``cuda:LOCAL_RANK``), this process has no GPU of its
+        own, or an ``nccl`` group is asked to train on the CPU.
+    """
+    import torch.distributed as dist
+
+    local_rank = _env_int("LOCAL_RANK", 0)
+    if not _initialized():
+        world = planned_world_size()
+        if world <= 1:
+            return None
+        if not dist.is_available():  # pragma: no cover - torch builds without distributed support
+            raise ConfigError(f"WORLD_SIZE={world} but this torch has no torch.distributed")
+        dev = _device(device, local_rank)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))  # env:// rendezvous
+        atexit.register(_destroy)
+    world = int(dist.get_world_size())
+    if world <= 1:
+        return None
+    backend = str(dist.get_backend())
+    dev = _device(device, local_rank)
+    if backend == "nccl" and dev.type != "cuda":
+        raise ConfigError("cannot train on the CPU with an nccl process group", "device")
+    return DistributedContext(int(dist.get_rank()), world, local_rank, backend, dev)
+
+
+def _destroy() -> None:
+    """At exit: destroy the process group `process_group` initialised (if still there)."""
+    if _initialized():
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
+class _ShareWeighted(nn.Module):
+    """A DistributedDataParallel module whose output passes the gradient of this process's share back
+    multiplied by ``b_r·N/B`` (rows ``b_r`` of a global batch of ``B``, ``N`` processes): DDP averages
+    the processes' mean gradients, and weighted so they average to the mean over the global batch."""
+
+    def __init__(self, ddp: nn.Module, rows: Shard, world_size: int) -> None:
+        super().__init__()
+        self.ddp, self.rows, self.world_size = ddp, rows, world_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.ddp(x)  # predicted weights of this process's share   [b_r, m]
+        factor = len(x) * self.world_size / self.rows.total
+        return out if factor == 1 else scale_grad(out, factor)
+
+
+@dataclasses.dataclass
+class Shard:
+    """Which rows of the current global batch this process holds: ``[start, stop)`` of ``total``.
+
+    Set by the training loop before each step; read by
+    [`GlobalBatchNoise`][imle_solvers.training.distributed.GlobalBatchNoise].
+    """
+
+    start: int = 0
+    stop: int = 0
+    total: int = 0
+
+
+class GlobalBatchNoise(NoiseDistribution):
+    """A noise distribution that draws the noise of the whole global batch and returns this process's rows.
+
+    Every process draws the same numbers (the same seed, the same calls), so an instance gets the
+    perturbation one process training on the whole batch would give it.
+
+    Parameters
+    ----------
+    base
+        The distribution drawn from.
+    rows
+        This process's rows of the current global batch (updated by the training loop).
+
+    References
+    ----------
+    Niepert, Minervini & Franceschi, "Implicit MLE", NeurIPS 2021, eq. 7 and Algorithm 1,
+    <https://arxiv.org/abs/2106.01798>.
+    """
+
+    def __init__(self, base: NoiseDistribution, rows: Shard) -> None:
+        self.base, self.rows = base, rows
+
+    def sample(
+        self,
+        shape: tuple[int, ...],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        rows = self.rows
+        if not shape or shape[0] != rows.stop - rows.start:
+            raise ValueError(
+                f"noise for {shape[0] if shape else 0} rows asked of a process holding rows "
+                f"{rows.start}:{rows.stop} of a global batch of {rows.total}"
+            )
+        full = self.base.sample((rows.total, *shape[1:]), device, dtype, generator)  # ε, global   [B, ...]
+        return full[rows.start : rows.stop].clone()  # this process's rows   [B_r, ...]
+
+    def resolve(self, oracle: Any) -> NoiseDistribution:
+        return GlobalBatchNoise(self.base.resolve(oracle), self.rows)
+
+    @property
+    def is_zero(self) -> bool:
+        return self.base.is_zero
+
+    def __repr__(self) -> str:
+        return f"GlobalBatchNoise({self.base!r})"
+
+
+def shard_noise(modules: Iterable[nn.Module], rows: Shard) -> int:
+    """Make every perturbation layer among ``modules`` (and their submodules) draw its noise through
+    [`GlobalBatchNoise`][imle_solvers.training.distributed.GlobalBatchNoise]; returns how many layers."""
+    count = 0
+    for module in modules:
+        for sub in module.modules():
+            noise = getattr(sub, "noise", None)
+            if not isinstance(noise, NoiseDistribution) or isinstance(noise, GlobalBatchNoise):
+                continue
+            if noise.is_zero:
+                continue
+            if isinstance(sub, PerturbAndMAPLayer):  # the base class's setter: a PerturbedOptimizer keeps
+                # its score rule (its own setter takes only Normal and Gumbel), whose ε these are
+                PerturbAndMAPLayer.noise.fset(sub, GlobalBatchNoise(noise, rows))  # type: ignore[attr-defined]
+            else:
+                setattr(sub, "noise", GlobalBatchNoise(noise, rows))  # noqa: B010 - FenchelYoungLoss and others
+            count += 1
+    return count

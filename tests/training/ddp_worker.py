@@ -1,0 +1,122 @@
+"""Run by ``torchrun`` from ``test_distributed.py`` (one launch for every two-process check):
+
+1. ``imle-solvers train`` (the command line's ``main``) on the two processes, writing ``OUT/cli``;
+2. ``train_model`` in float64 with the process group, recording the gradient of every step after
+   DistributedDataParallel's all-reduce (``OUT/float64-rank<R>.json``).
+
+The test computes the same in one process and compares. Importable: the test builds its reference with
+`train_float64` and `TINY` from here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from imle_solvers.data.dataset import PTODataset
+from imle_solvers.training import make_problem, train_model
+from imle_solvers.training.distributed import DistributedContext
+
+TINY = (
+    "--problem",
+    "shortest-path",
+    "--n-train",
+    "40",
+    "--n-test",
+    "30",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "7",  # shares of 4 and 3, and a last batch of 5 (3 and 2): the gradients weighted by share size
+    "--samples",
+    "3",
+    "--deg",
+    "2",
+    "--seed",
+    "3",
+    "--methods",
+    "imle-mumu",
+    "pfyl",
+    "spo+",
+)
+"""The command line of check 1 (and of its one-process reference)."""
+
+FLOAT64_METHODS = ("imle-mumu", "pfyl", "dpo", "spo+", "two-stage")
+"""Methods of check 2: noise through the layers (SumOfGamma, Gumbel, Normal) and none."""
+
+
+@contextlib.contextmanager
+def recorded_gradients() -> Iterator[list[list[float]]]:
+    """The gradients Adam steps with (after DDP's all-reduce), one flat list per step."""
+    steps: list[list[float]] = []
+    original = torch.optim.Adam.step
+
+    def step(self: torch.optim.Adam, *args: Any, **kwargs: Any) -> Any:
+        grads = [
+            p.grad.flatten() for group in self.param_groups for p in group["params"] if p.grad is not None
+        ]
+        steps.append(torch.cat(grads).tolist())
+        return original(self, *args, **kwargs)
+
+    torch.optim.Adam.step = step  # type: ignore[method-assign]
+    try:
+        yield steps
+    finally:
+        torch.optim.Adam.step = original  # type: ignore[method-assign]
+
+
+def _float64(data: PTODataset) -> PTODataset:
+    return PTODataset(data.features.double(), data.costs.double(), data.oracle, data.solutions.double())
+
+
+def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
+    """Two epochs of every method of `FLOAT64_METHODS` in float64 (sums exact to ~1e-15)."""
+    prob = make_problem("shortest-path", 40, 30, 5, deg=2)
+    train, test = _float64(prob.train), _float64(prob.test)
+    out: dict[str, Any] = {}
+    for name in FLOAT64_METHODS:
+        torch.manual_seed(5)
+        model = prob.model().double()
+        with recorded_gradients() as grads:
+            result = train_model(
+                model,
+                name,
+                train,
+                test,
+                epochs=2,
+                batch_size=7,
+                lr=0.05,
+                seed=5,
+                method_options={"samples": 3},
+                show_progress=False,
+                distributed=distributed,
+            )
+        out[name] = {"grads": grads, "curve": result.curve, "train_loss": result.train_loss}
+    return out
+
+
+def main(out: Path) -> int:
+    from imle_solvers import cli
+    from imle_solvers.training.distributed import process_group
+
+    rank = int(os.environ["RANK"])
+    status = cli.main(["train", *TINY, "--quiet", "--out", str(out / "cli")])
+    if status != 0:
+        return status
+    group = process_group("cpu", 60.0)  # the group the command initialised
+    assert group is not None and group.world_size == 2 and group.rank == rank
+    result = train_float64(group)
+    (out / f"float64-rank{rank}.json").write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    sys.exit(main(Path(sys.argv[1])))

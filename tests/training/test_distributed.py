@@ -1,0 +1,223 @@
+"""Data-parallel training: shares of a batch, the noise of the global batch, and ``torchrun`` with two
+processes giving the result of one."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from imle_solvers import IMLE, FenchelYoungLoss, Gumbel, NoNoise, SumOfGamma, TopK
+from imle_solvers.errors import ConfigError, InfeasibleError
+from imle_solvers.training import TrainConfig, run
+from imle_solvers.training.distributed import (
+    DistributedContext,
+    GlobalBatchNoise,
+    Shard,
+    check_batches,
+    is_main_process,
+    planned_world_size,
+    process_group,
+    shard_noise,
+    share,
+)
+from imle_solvers.training.loop import _global_rows
+from tests.support.paths import ROOT
+from tests.training.ddp_worker import FLOAT64_METHODS, TINY, train_float64
+
+# --- shares, checks and the environment (no processes) ------------------------------------------------
+
+
+@given(rows=st.integers(0, 200), world=st.integers(1, 9))
+def test_shares_are_contiguous_balanced_and_cover_the_rows(rows: int, world: int) -> None:
+    bounds = [share(rows, r, world) for r in range(world)]
+    assert bounds[0][0] == 0 and bounds[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))  # contiguous, in rank order
+    sizes = [stop - start for start, stop in bounds]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("n_train", "batch", "world", "field"),
+    [(100, 1, 2, "batch_size"), (100, 3, 4, "batch_size"), (33, 16, 2, "n_train"), (34, 16, 3, "n_train")],
+)
+def test_a_process_without_rows_is_refused_before_any_work(
+    n_train: int, batch: int, world: int, field: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        check_batches(n_train, batch, world)
+    assert info.value.field == field and "training process" in str(info.value)
+
+
+@pytest.mark.parametrize(("n_train", "batch", "world"), [(32, 16, 2), (34, 16, 2), (35, 16, 3), (7, 1, 1)])
+def test_every_process_gets_rows_in_every_step(n_train: int, batch: int, world: int) -> None:
+    check_batches(n_train, batch, world)
+
+
+def test_the_batch_check_runs_before_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    config = TrainConfig(problem="shortest-path", methods=("two-stage",), n_train=30, n_test=8, batch_size=2)
+    with pytest.raises(ConfigError, match="batch_size must be at least the number of training processes"):
+        run(config)  # no rendezvous is attempted: nothing would answer
+
+
+def test_the_environment_names_the_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    assert planned_world_size() == 1 and is_main_process()
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    monkeypatch.setenv("RANK", "2")
+    assert planned_world_size() == 3 and not is_main_process()
+    monkeypatch.setenv("WORLD_SIZE", "two")
+    with pytest.raises(ConfigError, match="WORLD_SIZE must be an integer, got 'two'"):
+        planned_world_size()
+    monkeypatch.setenv("RANK", "-1")
+    with pytest.raises(ConfigError, match="RANK must be >= 0"):
+        is_main_process()
+
+
+def test_one_process_trains_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert process_group("cpu", 5.0) is None
+
+
+@pytest.mark.parametrize("device", ["cuda:1", "cuda"])
+def test_each_process_takes_its_own_gpu(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError) as info:
+        process_group(device, 5.0)  # refused before any rendezvous
+    assert info.value.field == "device"
+    assert ("cuda:LOCAL_RANK" in str(info.value)) == (device == "cuda:1")
+    assert ("LOCAL_RANK=1 has no GPU" in str(info.value)) == (device == "cuda")
+
+
+# --- the noise of the global batch --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base", [Gumbel(1.0), SumOfGamma(k=3)])
+def test_each_process_gets_its_rows_of_the_global_noise(base: object) -> None:
+    total, shape = 7, (3, 5)
+    torch.manual_seed(11)
+    whole = base.sample((total, *shape))  # type: ignore[attr-defined]  # one process, the whole batch
+    for world in (2, 3):
+        for rank in range(world):
+            rows = Shard(*share(total, rank, world), total)
+            torch.manual_seed(11)
+            mine = GlobalBatchNoise(base, rows).sample((rows.stop - rows.start, *shape))  # type: ignore[arg-type]
+            assert torch.equal(mine, whole[rows.start : rows.stop])
+
+
+def test_noise_for_rows_a_process_does_not_hold_is_refused() -> None:
+    noise = GlobalBatchNoise(Gumbel(), Shard(2, 5, 9))
+    with pytest.raises(ValueError, match="noise for 4 rows asked of a process holding rows 2:5 of"):
+        noise.sample((4, 1, 3))
+
+
+def test_perturbation_layers_draw_the_global_noise() -> None:
+    oracle = TopK(2, 6)
+    imle, fy, nonoise = IMLE(oracle, Gumbel()), FenchelYoungLoss(oracle), IMLE(oracle, NoNoise())
+    rows = Shard()
+    assert shard_noise([imle, fy, nonoise, torch.nn.Sequential(IMLE(oracle))], rows) == 3
+    assert isinstance(imle.noise, GlobalBatchNoise) and isinstance(fy.noise, GlobalBatchNoise)
+    assert isinstance(nonoise.noise, NoNoise)  # nothing to draw
+    assert shard_noise([imle], rows) == 0  # not wrapped twice
+    rows.start, rows.stop, rows.total = 1, 3, 4
+    theta = torch.randn(4, 6)
+    torch.manual_seed(5)
+    whole = IMLE(oracle, Gumbel(), samples=2)(theta)  # one process, the global batch   [4, 2, 6]
+    torch.manual_seed(5)
+    layer = IMLE(oracle, Gumbel(), samples=2)
+    shard_noise([layer], rows)
+    assert torch.equal(layer(theta[1:3]), whole[1:3])
+    assert "GlobalBatchNoise(Gumbel" in repr(layer.noise)
+
+
+def test_a_solver_error_names_the_row_of_the_global_batch() -> None:
+    group = DistributedContext(1, 2, 1, "gloo", torch.device("cpu"))
+    err = InfeasibleError("no state", rows=[0, 2])
+    _global_rows(err, Shard(4, 7, 7), group)
+    assert err.rows == (4, 6) and str(err) == "batch rows 4, 6: no state (training process 1 of 2)"
+
+
+# --- two processes under torchrun ----------------------------------------------------------------------
+
+
+def torchrun(args: Sequence[str], nproc: int = 2, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node N ARGS`` in its own process group, killed whole at the end."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    child = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+    )
+    try:
+        out, err = child.communicate(timeout=timeout)
+    finally:
+        if child.poll() is None:  # every process of the launch: the agent and its workers
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+    return subprocess.CompletedProcess(cmd, child.returncode, out, err)
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One torchrun launch of ``ddp_worker.py`` (its docstring lists what it runs)."""
+    out = tmp_path_factory.mktemp("ddp")
+    return out, torchrun([str(ROOT / "tests" / "training" / "ddp_worker.py"), str(out)])
+
+
+def close_lists(got: Sequence[Any], want: Sequence[Any], rtol: float, what: str) -> None:
+    assert len(got) == len(want), what
+    for step, (a, b) in enumerate(zip(got, want)):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * 1e-3, err_msg=f"{what}, step {step}")
+
+
+@pytest.mark.timeout(180)
+def test_torchrun_command_trains_on_two_processes_as_on_one(
+    two_processes: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = two_processes
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 1 and done.stdout.count("| imle-mumu") == 1  # rank 0 prints
+    ddp = json.loads((out / "cli" / "results.json").read_text())
+    assert ddp["distributed"] == {"world_size": 2, "backend": "gloo", "device": "cpu"}
+    one = run(TrainConfig.from_argv([*TINY, "--quiet"]))  # one process, the same global batch
+    assert [r["method"] for r in ddp["runs"]] == [r.method for r in one] == ["imle-mumu", "pfyl", "spo+"]
+    for got, want in zip(ddp["runs"], one):
+        assert got["curve"][0] == pytest.approx(want.curve[0], rel=1e-12)  # the sharded evaluation
+        # float32: Adam's first steps turn gradient entries of ~1e-8 (zero up to the order of the sums)
+        # into steps of a few 1e-3; the float64 test below compares every gradient exactly
+        np.testing.assert_allclose(got["curve"], want.curve, rtol=2e-3)
+        np.testing.assert_allclose(got["train_loss"], want.train_loss, rtol=2e-3)
+        assert got["curve"][1] != got["curve"][0]  # it trained
+
+
+@pytest.mark.timeout(180)
+def test_every_step_on_two_processes_has_the_gradient_of_one(
+    two_processes: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = two_processes
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"float64-rank{r}.json").read_text()) for r in (0, 1)]
+    one = train_float64(None)
+    for name in FLOAT64_METHODS:
+        want = one[name]
+        assert len(want["grads"]) == 2 * 6  # two epochs of 6 steps (5 batches of 7, one of 5)
+        for got in ranks:  # each process: the all-reduced gradient, the global loss, the whole curve
+            close_lists(got[name]["grads"], want["grads"], 1e-9, name)
+            np.testing.assert_allclose(got[name]["curve"], want["curve"], rtol=1e-9, err_msg=name)
+            loss = got[name]["train_loss"]  # summed in float32 by the loop, in a different order
+            np.testing.assert_allclose(loss, want["train_loss"], rtol=1e-6, err_msg=name)
