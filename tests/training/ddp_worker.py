@@ -4,6 +4,8 @@
 2. ``train_model`` in float64 with the process group, recording the gradient of every step after
    DistributedDataParallel's all-reduce (``OUT/float64-rank<R>.json``).
 
+``ddp_worker.py hang SECONDS``: rank 1 stops answering, rank 0 waits in an all-reduce (the timeout test).
+
 The test computes the same in one process and compares. Importable: the test builds its reference with
 `train_float64` and `TINY` from here.
 """
@@ -117,6 +119,22 @@ def main(out: Path) -> int:
     return 0
 
 
+def hang(seconds: float) -> int:
+    """Rank 1 stops answering; rank 0's next collective must fail after the group's timeout."""
+    import time
+
+    from imle_solvers.training.distributed import process_group
+
+    group = process_group("cpu", seconds)
+    assert group is not None
+    if group.rank == 1:
+        time.sleep(600)  # killed by torchrun once rank 0 fails
+    group.all_reduce(torch.ones(1))
+    return 0  # pragma: no cover - the all-reduce times out
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
+    if sys.argv[1] == "hang":
+        sys.exit(hang(float(sys.argv[2])))
     sys.exit(main(Path(sys.argv[1])))

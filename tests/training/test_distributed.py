@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -221,3 +222,27 @@ def test_every_step_on_two_processes_has_the_gradient_of_one(
             np.testing.assert_allclose(got[name]["curve"], want["curve"], rtol=1e-9, err_msg=name)
             loss = got[name]["train_loss"]  # summed in float32 by the loop, in a different order
             np.testing.assert_allclose(loss, want["train_loss"], rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.slow  # two fresh interpreters and torchrun's agent: 10-20 s
+@pytest.mark.timeout(120)
+def test_a_process_that_stops_answering_does_not_hang_the_others() -> None:
+    start = time.monotonic()
+    done = torchrun([str(ROOT / "tests" / "training" / "ddp_worker.py"), "hang", "3"], timeout=100)
+    assert done.returncode != 0
+    assert "Timed out" in done.stderr and "[rank0]" in done.stderr  # rank 0's all-reduce gave up
+    assert time.monotonic() - start < 90  # rank 1 sleeps 600 s: torchrun stopped it
+
+
+@pytest.mark.slow  # the documented command itself; the default suite runs its main() under torchrun
+@pytest.mark.timeout(180)
+def test_torchrun_dash_m_imle_solvers_train(tmp_path: Path) -> None:
+    done = torchrun(["-m", "imle_solvers", "train", *TINY, "--quiet", "--out", str(tmp_path)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["distributed"]["world_size"] == 2 and saved["complete"] is True
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "imle-mumu-seed3.json",
+        "pfyl-seed3.json",
+        "spo+-seed3.json",
+    ]
