@@ -70,6 +70,12 @@ def _seed(value: int) -> int:
     return value
 
 
+def _address(value: str) -> str:
+    if not value.strip() or any(c.isspace() for c in value):
+        raise ValueError(f"must be a scheduler address such as tcp://host:8786, got {value!r}")
+    return value
+
+
 def _per_problem(field: str, schedule_index: int | None = None) -> str:
     """The help's statement of a default that depends on the problem (and on the schedule)."""
     groups: dict[str, list[str]] = {}
@@ -154,7 +160,12 @@ class TrainConfig(CommandConfig):
     bb_loss
         The loss behind ``dbb``: ``regret`` or ``hamming``.
     workers
-        Solver pool processes for host oracles (0: solve in the training process).
+        Solver pool processes for host oracles (0: solve in the training process); under ``torchrun``,
+        per training process.
+    dask_address
+        Scheduler address of a Dask cluster (``tcp://host:8786``) whose workers solve the host oracles'
+        batches instead (every training process sends its batches there); TLS and other security
+        settings come from Dask's configuration.
     threads
         torch CPU threads during the run (the previous setting is restored afterwards).
     device
@@ -299,6 +310,13 @@ examples:
     workers: int = option(
         0, "solver pool processes (0: solve in the training process)", check=lambda v: non_negative_int("", v)
     )
+    dask_address: str | None = option(
+        None,
+        "solve on the workers of this Dask cluster instead (its scheduler address, e.g. tcp://host:8786)",
+        check=_address,
+        metavar="ADDRESS",
+        default_text="none",
+    )
     threads: int = option(1, "torch CPU threads", check=_count)
     device: str = option(
         "cpu",
@@ -359,16 +377,19 @@ examples:
                     "must be 'all' alone or method names, got " + repr(list(self.methods)), "methods"
                 )
             object.__setattr__(self, "methods", tuple(METHODS))
+        if self.dask_address is not None and self.workers > 0:
+            raise ConfigError("--workers and --dask-address exclude each other: choose one solver pool")
         image = self.problem in IMAGE_PROBLEMS
         if self.model is not None and (self.model == "linear") == image:
             fits = "terrain-cnn or resnet-stem" if image else "linear"
             raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
         if self.data is not None and self.problem != "warcraft":
             raise ConfigError(f"needs --problem warcraft, got problem {self.problem!r}", "data")
-        if "graph" in self.compile and (self.oracle == "host" or self.workers > 0):
+        if "graph" in self.compile and (self.oracle == "host" or self.workers > 0 or self.dask_address):
             raise ConfigError(
                 f"{self.compile} records the step on the device: it needs device-native oracles (--oracle "
-                f"device or auto, --workers 0), got --oracle {self.oracle} --workers {self.workers}",
+                f"device or auto, --workers 0, no --dask-address), got --oracle {self.oracle} --workers "
+                f"{self.workers}" + (f" --dask-address {self.dask_address}" if self.dask_address else ""),
                 "compile",
             )
 
@@ -398,8 +419,8 @@ examples:
 
     def resolved(self) -> TrainConfig:
         """The configuration a run uses: explicit fields, else the schedule's values, else the problem's
-        defaults; no field is left ``None`` but ``out`` and ``data``, and no ``auto`` but ``device`` and
-        ``oracle``.
+        defaults; no field is left ``None`` but ``out``, ``data`` and ``dask_address``, and no ``auto``
+        but ``device`` and ``oracle``.
 
         The ``auto`` rules: on a CUDA device, the CNNs (``terrain-cnn``, ``resnet-stem``) train under
         bfloat16 autocast (where the GPU supports it) in channels-last memory format, and the image
@@ -436,7 +457,7 @@ examples:
         if self.channels_last == "auto":
             filled["channels_last"] = "on" if cuda and cnn else "off"
         if self.compile == "auto":
-            native = self.oracle != "host" and self.workers == 0
+            native = self.oracle != "host" and self.workers == 0 and self.dask_address is None
             alone = planned_world_size() == 1  # a CUDA graph cannot hold DDP's all-reduce
             graph = cuda and self.problem in IMAGE_PROBLEMS and native and alone
             filled["compile"] = "graph" if graph else "off"

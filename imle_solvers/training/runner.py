@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..app.session import Session
-from ..errors import ConfigError
+from ..errors import ConfigError, WorkerCrashedError
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from .config import TrainConfig, resolve_device
 from .distributed import DistributedContext, check_batches, planned_world_size, process_group
@@ -95,11 +96,7 @@ def _train_all(config: TrainConfig, session: Session, group: DistributedContext 
     assert config.samples is not None and config.epochs is not None and config.batch_size is not None
     assert config.lr is not None and config.bb_loss is not None and config.n_train and config.n_test
     extra = DEFAULTS[config.problem]
-    pool = None
-    if config.workers > 0:
-        from ..pool import SolverPool
-
-        pool = SolverPool(config.workers)
+    pool = _pool(config)
     try:
         for seed in config.seeds:
             prob = make_problem(
@@ -164,6 +161,29 @@ def _train_all(config: TrainConfig, session: Session, group: DistributedContext 
     finally:
         if pool is not None:
             pool.close()
+
+
+def _pool(config: TrainConfig) -> Any:
+    """The solver pool of ``--workers`` or ``--dask-address`` (``None``: solve in this process); a Dask
+    scheduler is reached before any training starts."""
+    if config.workers == 0 and config.dask_address is None:
+        return None
+    from ..pool import SolverPool
+
+    if config.dask_address is None:
+        return SolverPool(config.workers)
+    pool = SolverPool(backend="dask", dask_address=config.dask_address)
+    try:
+        pool.start()  # connect now: an unreachable scheduler is a setting that cannot work
+    except WorkerCrashedError as exc:  # the pool's "cannot connect": before any work, a bad setting
+        pool.close()
+        why = exc.__cause__ if exc.__cause__ is not None else exc
+        reason = f"cannot reach the Dask scheduler ({why}); is it running (`dask scheduler`)?"
+        raise ConfigError(reason, "dask_address") from None
+    except BaseException:
+        pool.close()
+        raise
+    return pool
 
 
 def _report(result: TrainRun) -> None:

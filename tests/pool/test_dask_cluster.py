@@ -25,6 +25,8 @@ from torch import nn
 
 from imle_solvers import IMLE, Gumbel, WorkerCrashedError
 from imle_solvers.pool import SolverPool
+from imle_solvers.training import TrainConfig, run
+from tests.support.launch import torchrun
 from tests.support.oracles import k_subsets
 from tests.support.paths import ROOT
 from tests.support.pool_oracles import Announcing
@@ -245,3 +247,22 @@ def test_a_tls_cluster_is_reached_through_dasks_configuration(tmp_path: Path) ->
     finally:
         running.close()
     assert running.left_behind() == []
+
+
+KNAPSACK = ["--problem", "knapsack", "--oracle", "host", "--n-train", "16", "--n-test", "8", "--epochs", "1"]
+KNAPSACK += ["--batch-size", "8", "--samples", "2", "--methods", "imle-mumu", "--seed", "1", "--quiet"]
+"""A training run whose every solve is a CP-SAT call: the batches go to the cluster."""
+
+
+@pytest.mark.timeout(300)
+def test_train_command_on_a_cluster_equals_serial(cluster: Cluster, tmp_path: Path) -> None:
+    serial = run(TrainConfig.from_argv(KNAPSACK))[0]
+    on_cluster = run(TrainConfig.from_argv([*KNAPSACK, "--dask-address", cluster.address]))[0]
+    assert on_cluster.curve == serial.curve and on_cluster.train_loss == serial.train_loss
+    # two training processes share the cluster (each sends its share of every batch)
+    shared = ["--dask-address", cluster.address, "--out", str(tmp_path / "ddp")]
+    done = torchrun(["-m", "imle_solvers", "train", *KNAPSACK, *shared], timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ddp = json.loads((tmp_path / "ddp" / "results.json").read_text())["runs"][0]
+    np.testing.assert_allclose(ddp["curve"], serial.curve, rtol=2e-3)
+    np.testing.assert_allclose(ddp["train_loss"], serial.train_loss, rtol=2e-3)

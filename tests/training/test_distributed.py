@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +19,7 @@ from hypothesis import strategies as st
 
 from imle_solvers import IMLE, FenchelYoungLoss, Gumbel, NoNoise, SumOfGamma, TopK
 from imle_solvers.errors import ConfigError, InfeasibleError
-from imle_solvers.training import TrainConfig, run
+from imle_solvers.training import TrainConfig, main, run
 from imle_solvers.training.distributed import (
     DistributedContext,
     GlobalBatchNoise,
@@ -35,6 +32,7 @@ from imle_solvers.training.distributed import (
     share,
 )
 from imle_solvers.training.loop import _global_rows
+from tests.support.launch import torchrun
 from tests.support.paths import ROOT
 from tests.training.ddp_worker import FLOAT64_METHODS, TINY, train_float64
 
@@ -157,22 +155,6 @@ def test_a_solver_error_names_the_row_of_the_global_batch() -> None:
 # --- two processes under torchrun ----------------------------------------------------------------------
 
 
-def torchrun(args: Sequence[str], nproc: int = 2, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node N ARGS`` in its own process group, killed whole at the end."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
-    child = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    )
-    try:
-        out, err = child.communicate(timeout=timeout)
-    finally:
-        if child.poll() is None:  # every process of the launch: the agent and its workers
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-    return subprocess.CompletedProcess(cmd, child.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def two_processes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """One torchrun launch of ``ddp_worker.py`` (its docstring lists what it runs)."""
@@ -246,3 +228,30 @@ def test_torchrun_dash_m_imle_solvers_train(tmp_path: Path) -> None:
         "pfyl-seed3.json",
         "spo+-seed3.json",
     ]
+
+
+# --- the solver pool of a training run -----------------------------------------------------------------
+
+
+def test_workers_and_a_dask_cluster_exclude_each_other() -> None:
+    with pytest.raises(ConfigError, match="--workers and --dask-address exclude each other"):
+        TrainConfig(workers=2, dask_address="tcp://127.0.0.1:8786")
+    for bad in ("", "tcp://host :8786"):
+        with pytest.raises(ConfigError, match="dask_address must be a scheduler address"):
+            TrainConfig(dask_address=bad)
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_dask_scheduler_stops_the_command_before_training(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    dask = pytest.importorskip("dask")
+    pytest.importorskip("distributed")
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        nowhere = ["--dask-address", "tcp://127.0.0.1:9"]  # port 9: nothing listens
+        status = main(["--method", "two-stage", "--n-train", "8", "--n-test", "4", *nowhere, "--quiet"])
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(
+        "imle-solvers train: error: argument --dask-address: cannot reach the Dask scheduler"
+    )
