@@ -12,11 +12,11 @@ are particular to perturb-and-MAP layers:
 
 * each process draws its own noise (``generator`` seeded with the rank): with one seed everywhere, the
   processes would perturb their instances with the same numbers;
-* an [`AdaptiveTarget`][imle_solvers.AdaptiveTarget] adds its statistics over the processes in every
+* an ``AdaptiveTarget`` adds its statistics over the processes in every
   backward pass (one small all-reduce), so every process holds the same β: that of one process on the
   global batch. Every process must therefore run the layer's backward equally often.
 
-**The command's loop** (``--command``): [`run`][imle_solvers.training.run] under torchrun trains as
+**The command's loop** (``--command``): ``imle_solvers.training.run`` under torchrun trains as
 ``torchrun --nproc-per-node N -m imle_solvers train ...`` does, with the result of one process.
 """
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import shlex
 import subprocess
 import time
 from collections.abc import Sequence
@@ -255,3 +257,40 @@ def test_an_unreachable_dask_scheduler_stops_the_command_before_training(
     assert err.startswith(
         "imle-solvers train: error: argument --dask-address: cannot reach the Dask scheduler"
     )
+
+
+# --- the documented command lines ----------------------------------------------------------------------
+
+
+def torchrun_lines() -> list[tuple[str, str]]:
+    """``(where, line)`` of every ``torchrun ... -m imle_solvers ...`` in the docs, README and examples."""
+    found = []
+    for path in [*sorted(ROOT.joinpath("docs").glob("*.md")), ROOT / "README.md"]:
+        text = path.read_text(encoding="utf-8")
+        blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+        lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        lines += [" ".join(span.split()) for span in re.findall(r"`(torchrun [^`]*)`", prose)]
+        found += [(path.name, line.split("#")[0].strip()) for line in lines]
+    for path in sorted(ROOT.joinpath("examples").glob("*.py")):
+        found += [(path.name, line.split("#")[0].strip()) for line in path.read_text().splitlines()]
+    return [(w, line) for w, line in found if line.startswith("torchrun ") and "-m imle_solvers" in line]
+
+
+TORCHRUN_LINES = torchrun_lines()
+
+
+def test_the_scaling_page_shows_torchrun_commands() -> None:
+    assert sum(where == "scaling.md" for where, _ in TORCHRUN_LINES) >= 5
+
+
+@pytest.mark.parametrize(("where", "line"), TORCHRUN_LINES, ids=[f"{w}: {x}" for w, x in TORCHRUN_LINES])
+def test_every_documented_torchrun_command_parses(where: str, line: str) -> None:
+    from torch.distributed.run import get_args_parser
+
+    words = ["2" if re.fullmatch(r"[A-Z]+", w) else w for w in shlex.split(line)[1:] if w != "..."]
+    launch = get_args_parser().parse_args(words)  # torchrun's own options
+    assert launch.module and launch.training_script == "imle_solvers", f"{where}: {line}"
+    command, *argv = launch.training_script_args
+    assert command == "train", f"{where}: {line}"
+    TrainConfig(**vars(TrainConfig.parser().parse_args(argv)))  # the command's options
