@@ -37,15 +37,21 @@ from imle_solvers.data import shortest_path
 from imle_solvers.losses import regret
 
 
-def own_loop(epochs: int = 5, batch_size: int = 32, seed: int = 0) -> tuple[float, float]:
-    """Train a linear model on the SPO shortest-path data with AI-MLE; ``(test regret, β)`` on every rank."""
+def own_loop(
+    epochs: int = 5, batch_size: int = 32, seed: int = 0, n_train: int = 1000
+) -> tuple[float, float, float]:
+    """Train a linear model on the SPO shortest-path data with AI-MLE.
+
+    Returns ``(test regret, β, n̄)`` (n̄: AI-MLE's moving average of nonzero gradient entries per
+    sample), the same on every process.
+    """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))  # nccl on GPUs
     rank = dist.get_rank() if world > 1 else 0
 
-    data = shortest_path(1200, num_features=5, grid=(5, 5), deg=4, noise_width=0.5, seed=seed)
-    train, test = data.split(1000)  # every process builds the same data from the seed
+    data = shortest_path(n_train + 200, num_features=5, grid=(5, 5), deg=4, noise_width=0.5, seed=seed)
+    train, test = data.split(n_train)  # every process builds the same data from the seed
     torch.manual_seed(seed)  # the same initial model everywhere (DDP broadcasts rank 0's anyway)
     model: nn.Module = nn.Linear(5, data.oracle.n_vars)
     if world > 1:
@@ -69,7 +75,7 @@ def own_loop(epochs: int = 5, batch_size: int = 32, seed: int = 0) -> tuple[floa
     with torch.no_grad():
         net = model.module if isinstance(model, DistributedDataParallel) else model
         score = regret(data.oracle, net(test.features), test.costs, optimal=test.solutions).item()
-    return score, float(target.beta)
+    return score, float(target.beta), float(target.nonzeros)
 
 
 def command_loop() -> None:
@@ -88,14 +94,17 @@ def main() -> None:
     )
     parser.add_argument("--command", action="store_true", help="run(TrainConfig(...)) instead")
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--n-train", type=int, default=1000)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.command:
         command_loop()
         return
-    score, beta = own_loop(args.epochs)
+    score, beta, nonzeros = own_loop(args.epochs, n_train=args.n_train)
     rank = int(os.environ.get("RANK", "0"))
-    print(f"rank {rank}: normalised test regret {score:.4f}, AI-MLE β {beta:.6f}", flush=True)
+    print(
+        f"rank {rank}: normalised test regret {score:.4f}, AI-MLE β {beta:.6f}, n̄ {nonzeros:.6f}", flush=True
+    )
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import runpy
 import shlex
 import subprocess
 import time
@@ -294,3 +296,54 @@ def test_every_documented_torchrun_command_parses(where: str, line: str) -> None
     command, *argv = launch.training_script_args
     assert command == "train", f"{where}: {line}"
     TrainConfig(**vars(TrainConfig.parser().parse_args(argv)))  # the command's options
+
+
+# --- the example --------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_the_ddp_example_trains_in_one_process() -> None:
+    example = runpy.run_path(str(ROOT / "examples" / "ddp_train.py"), run_name="example")
+    score, beta, nonzeros = example["own_loop"](epochs=1, n_train=256)
+    assert 0 < score < 0.5 and beta != 1.0 and nonzeros != 1.0  # it trained, and AI-MLE's state moved
+
+
+# --- the benchmark of the docs' table -------------------------------------------------------------------
+
+
+@pytest.mark.slow  # four training launches, a Dask cluster and CP-SAT steps: about a minute
+@pytest.mark.timeout(400)
+def test_bench_scaling_measures_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers.benchmarks import scaling
+
+    tiny = ("--n-train", "64", "--n-test", "32")
+    monkeypatch.setattr(scaling, "PROTOCOLS", {"tiny": tiny, "tiny, CP-SAT": ("--oracle", "host", *tiny)})
+    rows = scaling._training_rows(repeats=1, epochs=2)
+    assert [(r["protocol"], r["processes"]) for r in rows] == [
+        ("tiny", 1),
+        ("tiny", 2),
+        ("tiny, CP-SAT", 1),
+        ("tiny, CP-SAT", 2),
+    ]
+    assert all(r["s_per_epoch"] > 0 and r["epochs"] == 1 for r in rows)
+    assert (
+        rows[0]["speed_up"] == 1.0 and rows[1]["speed_up"] == rows[0]["s_per_epoch"] / rows[1]["s_per_epoch"]
+    )
+    solver = scaling._solver_rows(rounds=1)
+    assert [r["variant"].split()[0] for r in solver] == ["serial", "2", "Dask:"]
+    assert all(r["rows"] == 512 and r["rounds"] == 1 and r["s_per_step"] > 0 for r in solver)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_benchmarks_dask_programs_leave_nothing_behind(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    from imle_solvers.benchmarks.scaling import dask_programs
+
+    with dask_programs(2, tmp_path) as address, distributed.Client(address, timeout=30) as client:
+        pids = [*client.run(os.getpid).values(), *client.run(os.getppid).values()]  # workers, nannies
+        assert len(set(pids)) == 4
+    deadline = time.monotonic() + 15
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
