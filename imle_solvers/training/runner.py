@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +17,9 @@ from .loop import train_model
 from .methods import MethodOptions
 from .problems import DEFAULTS, make_problem
 from .results import SUMMARY, TrainRun, plot_curves
+
+if TYPE_CHECKING:
+    from ..pool import SolverPool
 
 __all__ = ["run", "title"]
 
@@ -163,12 +166,12 @@ def _train_all(config: TrainConfig, session: Session, group: DistributedContext 
             pool.close()
 
 
-def _pool(config: TrainConfig) -> Any:
+def _pool(config: TrainConfig) -> SolverPool | None:
     """The solver pool of ``--workers`` or ``--dask-address`` (``None``: solve in this process); a Dask
     scheduler is reached before any training starts."""
     if config.workers == 0 and config.dask_address is None:
         return None
-    from ..pool import SolverPool
+    from ..pool import SolverPool  # imported when needed
 
     if config.dask_address is None:
         return SolverPool(config.workers)
