@@ -9,6 +9,10 @@ factor of λ moves so that the number of nonzero gradient entries tracks a targe
 * [`RowAdaptiveTarget`][imle_solvers.RowAdaptiveTarget]: a per-row variant with a multiplicative
   update, its state a plain attribute.
 
+Under data parallelism (a ``torch.distributed`` process group is initialised, e.g. by ``torchrun``) both
+combine the statistics of their updates over the processes, so that every process adapts as one process
+would on the global batch.
+
 Both are importable from ``imle_solvers.target`` as well.
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,6 +47,35 @@ def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.linalg.vector_norm(x / safe, dim=dim, keepdim=True) * safe
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sync:
+    """Combine statistics over the processes of ``group`` (``None``: the default group)."""
+
+    group: Any = None
+
+
+def _sync_group(sync: bool, group: Any) -> _Sync | None:
+    """How to combine statistics over the processes, or ``None`` (one process, or ``sync=False``)."""
+    if not sync:
+        return None
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) <= 1:
+        return None
+    return _Sync(group)
+
+
+def _global_norms(norms: torch.Tensor, group: Any) -> torch.Tensor:
+    """``[k]`` norms of this process's rows → the ``[k]`` norms over every process's rows,
+    ``‖(‖x_r‖)_r‖``: one all-gather, the norms of the norms scaled as `_norm` scales (no host sync)."""
+    import torch.distributed as dist
+
+    local = norms.to(torch.float64)
+    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, local, group=group)  # every process's norms   W × [k]
+    return _norm(torch.stack(parts), dim=0).squeeze(0).to(norms.dtype)  # [k]
+
+
 class AdaptiveTarget(nn.Module, TargetDistribution):
     """Adaptive I-MLE (AI-MLE, Minervini, Franceschi & Niepert, AAAI 2023), as published.
 
@@ -65,6 +99,15 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
     The reference implementation divides by a λ computed from θ *without* the repetition over
     samples (√S smaller than its step's λ); here one λ serves both, as eq. 7 reads.
 
+    **Data parallelism.** When a ``torch.distributed`` process group is initialised (``torchrun``,
+    DistributedDataParallel), every backward pass combines the statistics over the processes: the norms
+    ‖θ‖ and ‖∇zL‖ behind λ (one all-gather of two numbers) and the nonzero count behind the β update (one
+    all-reduce of two numbers), both asynchronous to the host on CUDA. Every process then uses the λ and
+    holds the β, n̄ and u that one process would on the global batch, whether the layer sits inside the
+    DDP-wrapped model (whose broadcast of rank 0's buffers at every forward changes nothing, as they are
+    equal) or after it. Every process must run the layer's backward pass equally often (as DDP requires
+    of the model), or the others wait; `lam` and `params` stay local.
+
     Parameters
     ----------
     nonzero_target
@@ -82,11 +125,20 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
     two_sided
         Use the central difference ``[MAP(θ + λ∇zL + ε) − MAP(θ − λ∇zL + ε)] / (2λ)``
         (the reference's ``symmetric_perturbation``).
+    sync
+        Combine the statistics over the processes of an initialised process group (above); ``False``:
+        each process adapts to its own batches (under DDP, all then take rank 0's buffers at every
+        forward).
+    process_group
+        The group to combine over (default: the default group).
 
     References
     ----------
     Minervini, Franceschi & Niepert, "Adaptive Perturbation-Based Gradient Estimation for Discrete
     Latent Variable Models", AAAI 2023, <https://arxiv.org/abs/2209.04862>.
+
+    Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020,
+    <https://arxiv.org/abs/2006.15704>.
     """
 
     beta: torch.Tensor
@@ -103,6 +155,8 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         decay: float = 0.9,
         initial_nonzeros: float = 1.0,
         two_sided: bool = False,
+        sync: bool = True,
+        process_group: Any = None,
     ) -> None:
         super().__init__()
         positive("AdaptiveTarget nonzero_target", nonzero_target)
@@ -115,11 +169,15 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         self.momentum = float(momentum)
         self.decay = float(decay)
         self.two_sided = bool(two_sided)
+        self.sync = bool(sync)
+        self.process_group = process_group
         self.register_buffer("beta", torch.tensor(float(beta), dtype=torch.float64))
         self.register_buffer("nonzeros", torch.tensor(float(initial_nonzeros), dtype=torch.float64))
         self.register_buffer("last_update", torch.tensor(0.0, dtype=torch.float64))
 
-    def _reach(self, theta: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _reach(
+        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: _Sync | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(β‖θ‖, ‖∇zL‖)`` over the batch, 0-dim tensors on θ's device; ``λ = β‖θ‖/‖∇zL‖``.
 
         ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
@@ -130,7 +188,10 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         beta = self.beta.to(device=theta.device, dtype=theta.dtype)
         repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
         theta_norm = _norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
-        return beta * theta_norm, _norm(grad_z)  # β‖θ‖, ‖∇zL‖   [], []
+        grad_norm = _norm(grad_z)  # ‖∇zL‖   []
+        if sync is not None:  # over every process's rows: the global batch
+            theta_norm, grad_norm = _global_norms(torch.stack([theta_norm, grad_norm]), sync.group).unbind()
+        return beta * theta_norm, grad_norm  # β‖θ‖, ‖∇zL‖   [], []
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """λ = β‖θ‖/‖∇zL‖ over the whole batch (0 when ∇zL = 0), a 0-dim tensor on θ's device.
@@ -146,9 +207,11 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         step, _ = self._step(theta, grad_z)
         return theta - step  # θ' = θ − λ ∇zL
 
-    def _step(self, theta: torch.Tensor, grad_z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _step(
+        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: _Sync | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(λ ∇zL, 1/λ)`` as ``β‖θ‖ · ∇zL/‖∇zL‖`` and ``‖∇zL‖/(β‖θ‖)`` (0 where λ = 0)."""
-        reach, grad_norm = self._reach(theta, grad_z)  # β‖θ‖, ‖∇zL‖   [], []
+        reach, grad_norm = self._reach(theta, grad_z, sync)  # β‖θ‖, ‖∇zL‖   [], []
         live = (grad_norm > 0) & (reach > 0)
         unit = grad_z / torch.where(grad_norm > 0, grad_norm, torch.ones_like(grad_norm))  # ∇zL/‖∇zL‖
         inverse = (grad_norm / torch.where(live, reach, torch.ones_like(reach))).clamp(
@@ -164,26 +227,38 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        step, inverse = self._step(theta, grad_z)  # λ∇zL   [N, S, m], 1/λ   []
+        sync = _sync_group(self.sync, self.process_group)  # None: this process alone
+        step, inverse = self._step(theta, grad_z, sync)  # λ∇zL   [N, S, m], 1/λ   []
         diff = map_difference(theta, eps, z, step, solve, self.two_sided)  # [N, S, m]
-        self._update(diff)
+        self._update(diff, sync)
         return (diff * inverse).sum(dim=1)  # Σ_s diff_s / λ   [N, m]
 
     @torch.no_grad()
-    def _update(self, diff: torch.Tensor) -> None:
-        """One step of the published β update, on the buffers' device (moved to ``diff``'s first)."""
+    def _update(self, diff: torch.Tensor, sync: _Sync | None = None) -> None:
+        """One step of the published β update, on the buffers' device (moved to ``diff``'s first); with
+        a process group, from the nonzero count of every process's rows."""
         if self.beta.device != diff.device:
             for name in self._STATE:
                 setattr(self, name, getattr(self, name).to(diff.device))
         n, s = diff.shape[0], diff.shape[1]
-        if n * s == 0:
+        if sync is None and n * s == 0:
             return
-        nnz = torch.count_nonzero(diff).to(torch.float64) / (n * s)  # nonzeros per sample   []
-        self.nonzeros.mul_(self.decay).add_((1 - self.decay) * nnz)  # n̄ ← decay·n̄ + (1−decay)·nnz
-        direction = torch.where(self.nonzeros < self.nonzero_target, 1.0, -1.0).to(torch.float64)
+        counts = torch.stack(
+            [torch.count_nonzero(diff).to(torch.float64), torch.full_like(self.beta, float(n * s))]
+        )  # nonzero entries, samples   [2]
+        if sync is not None:
+            import torch.distributed as dist
+
+            dist.all_reduce(counts, group=sync.group)  # over every process's rows (no host sync)
+        live = counts[1] > 0  # a global batch with rows (False only where every process had none)
+        nnz = counts[0] / torch.where(live, counts[1], torch.ones_like(counts[1]))  # per sample   []
+        nonzeros = self.nonzeros * self.decay + (1 - self.decay) * nnz  # n̄ ← decay·n̄ + (1−decay)·nnz
+        direction = torch.where(nonzeros < self.nonzero_target, 1.0, -1.0).to(torch.float64)
         update = self.momentum * self.last_update + direction * self.step  # u ← μu ± step
-        self.beta.add_(update).clamp_(min=0.0)  # β ← max(β + u, 0)
-        self.last_update.copy_(update)
+        beta = (self.beta + update).clamp(min=0.0)  # β ← max(β + u, 0)
+        self.nonzeros.copy_(torch.where(live, nonzeros, self.nonzeros))
+        self.beta.copy_(torch.where(live, beta, self.beta))
+        self.last_update.copy_(torch.where(live, update, self.last_update))
 
     _STATE = ("beta", "nonzeros", "last_update")
 
@@ -232,6 +307,13 @@ class RowAdaptiveTarget(TargetDistribution):
         Use the central difference.
     min_norm
         Floor on ‖θ‖, so that λ is not stuck at 0 when θ starts at 0.
+    sync
+        When a ``torch.distributed`` process group is initialised, update α from the nonzero fraction
+        of every process's gradient (one all-reduce of two numbers per backward pass), so that every
+        process holds the α one process would; every process must then run the backward pass equally
+        often. ``False``: each process adapts to its own batches.
+    process_group
+        The group to combine over (default: the default group).
 
     References
     ----------
@@ -244,6 +326,8 @@ class RowAdaptiveTarget(TargetDistribution):
     step: float = 0.05
     two_sided: bool = False
     min_norm: float = 1.0
+    sync: bool = True
+    process_group: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         in_range("RowAdaptiveTarget nonzero_target", self.nonzero_target, 0, 1, closed="(]")
@@ -278,8 +362,22 @@ class RowAdaptiveTarget(TargetDistribution):
 
     def _update(self, grad: torch.Tensor) -> None:
         """α ← α·exp(±step) so that the nonzero fraction of the gradient tracks the target."""
-        if self.step == 0 or grad.numel() == 0:
+        if self.step == 0:
             return
-        nonzero = float((grad != 0).to(torch.float32).mean())
+        sync = _sync_group(self.sync, self.process_group)
+        if sync is None:
+            if grad.numel() == 0:
+                return
+            nonzero = float((grad != 0).to(torch.float32).mean())
+        else:
+            import torch.distributed as dist
+
+            count = torch.count_nonzero(grad).to(torch.float64)
+            counts = torch.stack([count, torch.full_like(count, float(grad.numel()))])  # nonzeros, entries
+            dist.all_reduce(counts, group=sync.group)  # over every process's rows
+            nonzero_count, entries = counts.tolist()  # a host copy, as the update decides on the host
+            if entries == 0:
+                return
+            nonzero = nonzero_count / entries
         direction = 1.0 if nonzero < self.nonzero_target else -1.0
         self.alpha = float(min(max(self.alpha * math.exp(direction * self.step), 1e-6), 1e6))

@@ -2,7 +2,9 @@
 
 1. ``imle-solvers train`` (the command line's ``main``) on the two processes, writing ``OUT/cli``;
 2. ``train_model`` in float64 with the process group, recording the gradient of every step after
-   DistributedDataParallel's all-reduce (``OUT/float64-rank<R>.json``).
+   DistributedDataParallel's all-reduce (``OUT/float64-rank<R>.json``);
+3. a hand-written DDP loop around an AI-MLE layer, recording the layer's state after every step
+   (``OUT/adaptive-rank<R>.json``).
 
 ``ddp_worker.py hang SECONDS``: rank 1 stops answering, rank 0 waits in an all-reduce (the timeout test).
 
@@ -50,8 +52,14 @@ TINY = (
 )
 """The command line of check 1 (and of its one-process reference)."""
 
-FLOAT64_METHODS = ("imle-mumu", "pfyl", "dpo", "spo+", "two-stage")
-"""Methods of check 2: noise through the layers (SumOfGamma, Gumbel, Normal) and none."""
+FLOAT64_METHODS = ("imle-mumu", "aimle", "pfyl", "dpo", "spo+", "two-stage")
+"""Methods of check 2: noise through the layers (SumOfGamma, Gumbel, Normal) and none; AI-MLE's λ from
+the norms of the global batch."""
+
+ADAPTIVE_VARIANTS = ("inside", "after", "unsynced", "row")
+"""Check 3: AdaptiveTarget inside the DDP-wrapped model (its buffers broadcast from rank 0 at every
+forward), after it, after it with ``sync=False`` (each process adapts to its own share), and
+RowAdaptiveTarget."""
 
 
 @contextlib.contextmanager
@@ -104,6 +112,47 @@ def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
     return out
 
 
+def adaptive_states(distributed: DistributedContext | None, variant: str) -> dict[str, Any]:
+    """Six SGD steps on global batches of 8 (shares of 4) of a linear model and an I-MLE layer with an
+    adaptive target; the target's state after every step and the final weights."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from imle_solvers import IMLE, AdaptiveTarget, RowAdaptiveTarget, SumOfGamma, TopK
+    from imle_solvers.training.distributed import Shard, shard_noise
+
+    data = torch.Generator().manual_seed(1)
+    x = torch.randn(48, 6, generator=data, dtype=torch.float64)
+    c = torch.randn(48, 10, generator=data, dtype=torch.float64)
+    torch.manual_seed(0)
+    target: Any = (
+        RowAdaptiveTarget(nonzero_target=0.3, step=0.1)
+        if variant == "row"
+        else AdaptiveTarget(nonzero_target=2.5, step=0.05, momentum=0.5, sync=variant != "unsynced")
+    )
+    linear = torch.nn.Linear(6, 10).double()
+    layer = IMLE(TopK(3, 10), SumOfGamma(), target, samples=3)
+    net: torch.nn.Module = torch.nn.Sequential(linear, layer) if variant == "inside" else linear
+    rows = Shard(0, 8, 8)
+    if distributed is not None:
+        net = DistributedDataParallel(net)  # broadcast_buffers: rank 0's buffers at every forward
+        shard_noise([layer], rows)  # the noise of the global batch, as one process draws it
+        rows.start, rows.stop = distributed.share(8)
+    opt = torch.optim.SGD(linear.parameters(), lr=0.1)
+    states = []
+    for step in range(6):
+        batch = slice(8 * step + rows.start, 8 * step + rows.stop)  # this process's share
+        z = net(x[batch]) if variant == "inside" else layer(net(x[batch]))  # MAP(θ + ε)   [b, 3, 10]
+        loss = (c[batch].unsqueeze(1) * z).sum(-1).mean()  # equal shares: DDP's mean is the global one
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if variant == "row":
+            states.append([target.alpha])
+        else:
+            states.append([float(target.beta), float(target.nonzeros), float(target.last_update)])
+    return {"states": states, "weight": linear.weight.detach().flatten().tolist()}
+
+
 def main(out: Path) -> int:
     from imle_solvers import cli
     from imle_solvers.training.distributed import process_group
@@ -116,6 +165,8 @@ def main(out: Path) -> int:
     assert group is not None and group.world_size == 2 and group.rank == rank
     result = train_float64(group)
     (out / f"float64-rank{rank}.json").write_text(json.dumps(result))
+    states = {variant: adaptive_states(group, variant) for variant in ADAPTIVE_VARIANTS}
+    (out / f"adaptive-rank{rank}.json").write_text(json.dumps(states))
     return 0
 
 

@@ -38,7 +38,7 @@ from imle_solvers.training.distributed import (
 from imle_solvers.training.loop import _global_rows
 from tests.support.launch import torchrun
 from tests.support.paths import ROOT
-from tests.training.ddp_worker import FLOAT64_METHODS, TINY, train_float64
+from tests.training.ddp_worker import ADAPTIVE_VARIANTS, FLOAT64_METHODS, TINY, adaptive_states, train_float64
 
 # --- shares, checks and the environment (no processes) ------------------------------------------------
 
@@ -210,6 +210,25 @@ def test_every_step_on_two_processes_has_the_gradient_of_one(
             np.testing.assert_allclose(loss, want["train_loss"], rtol=1e-6, err_msg=name)
 
 
+@pytest.mark.timeout(180)
+def test_adaptive_targets_on_two_processes_hold_the_state_of_one(
+    two_processes: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    out, done = two_processes
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"adaptive-rank{r}.json").read_text()) for r in (0, 1)]
+    for variant in ADAPTIVE_VARIANTS:
+        one = adaptive_states(None, variant)  # one process, the global batches
+        moved = {tuple(state) for state in one["states"]}
+        assert len(moved) > 2, variant  # the state moves step by step (a test that can fail)
+        for got in ranks:
+            if variant == "unsynced":  # each process adapts to its own share: not the state of one
+                assert not np.allclose(got[variant]["states"], one["states"], rtol=1e-6), variant
+                continue
+            close_lists(got[variant]["states"], one["states"], 1e-9, variant)  # β, n̄, u (α) per step
+            np.testing.assert_allclose(got[variant]["weight"], one["weight"], rtol=1e-9, err_msg=variant)
+
+
 @pytest.mark.slow  # two fresh interpreters and torchrun's agent: 10-20 s
 @pytest.mark.timeout(120)
 def test_a_process_that_stops_answering_does_not_hang_the_others() -> None:
@@ -308,6 +327,16 @@ def test_the_ddp_example_trains_in_one_process() -> None:
     assert 0 < score < 0.5 and beta != 1.0 and nonzeros != 1.0  # it trained, and AI-MLE's state moved
 
 
+@pytest.mark.slow  # torchrun and two fresh interpreters
+@pytest.mark.timeout(180)
+def test_the_ddp_example_on_two_processes_holds_one_beta() -> None:
+    done = torchrun([str(ROOT / "examples" / "ddp_train.py"), "--epochs", "2", "--n-train", "256"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"]
+    assert lines[0].split(":")[1] == lines[1].split(":")[1]  # the same regret, β and n̄ (AI-MLE's state)
+
+
 # --- the benchmark of the docs' table -------------------------------------------------------------------
 
 
@@ -347,3 +376,77 @@ def test_the_benchmarks_dask_programs_leave_nothing_behind(tmp_path: Path) -> No
     while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+# --- AdaptiveTarget's collectives, one process standing in for two --------------------------------------
+
+
+def _mirrored_group(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A process group of two whose other process holds a copy of this one's rows: every sum doubles,
+    so the combined statistics (norms and counts per sample) are this process's own. Returns the list
+    of collectives called."""
+    import torch.distributed as dist
+
+    calls: list[str] = []
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+
+    def all_gather(parts: list[torch.Tensor], tensor: torch.Tensor, group: object = None) -> None:
+        calls.append("all_gather")
+        for part in parts:
+            part.copy_(tensor)
+
+    def all_reduce(tensor: torch.Tensor, group: object = None) -> None:
+        calls.append("all_reduce")
+        tensor.mul_(2)
+
+    monkeypatch.setattr(dist, "all_gather", all_gather)
+    monkeypatch.setattr(dist, "all_reduce", all_reduce)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[
+                pytest.mark.cuda,
+                pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+            ],
+        ),
+    ],
+)
+def test_adaptive_target_combines_its_statistics_without_a_host_sync(
+    monkeypatch: pytest.MonkeyPatch, device: str
+) -> None:
+    from imle_solvers import AdaptiveTarget
+
+    def step(sync: bool) -> tuple[torch.Tensor, AdaptiveTarget]:
+        target = AdaptiveTarget(nonzero_target=2.0, step=0.05, momentum=0.5, sync=sync).to(device)
+        layer = IMLE(
+            TopK(3, 10), Gumbel(), target, samples=2, generator=torch.Generator(device).manual_seed(0)
+        )
+        theta = torch.randn(6, 10, generator=torch.Generator().manual_seed(1)).to(device).requires_grad_()
+        upstream = torch.randn(6, 2, 10, generator=torch.Generator().manual_seed(2)).to(device)
+        z = layer(theta)
+        if device == "cuda":
+            torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+        try:
+            (z * upstream).sum().backward()
+        finally:
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+        assert theta.grad is not None
+        return theta.grad, target
+
+    calls = _mirrored_group(monkeypatch)
+    alone, one = step(sync=False)
+    assert calls == []  # sync=False: no collective
+    mirrored, two = step(sync=True)
+    assert calls == ["all_gather", "all_reduce"]  # the norms behind λ, the counts behind β
+    torch.testing.assert_close(mirrored, alone)  # λ from the combined norms: the same
+    for name in ("beta", "nonzeros", "last_update"):
+        torch.testing.assert_close(getattr(two, name), getattr(one, name))
+    assert float(one.nonzeros) != 1.0  # the state moved
