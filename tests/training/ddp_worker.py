@@ -108,7 +108,12 @@ def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
                 show_progress=False,
                 distributed=distributed,
             )
-        out[name] = {"grads": grads, "curve": result.curve, "train_loss": result.train_loss}
+        out[name] = {
+            "grads": grads,
+            "curve": result.curve,
+            "train_loss": result.train_loss,
+            "epoch_times": result.epoch_times,
+        }
     return out
 
 

@@ -91,6 +91,26 @@ def test_the_environment_names_the_processes(monkeypatch: pytest.MonkeyPatch) ->
         is_main_process()
 
 
+def test_a_cuda_graph_step_is_refused_with_several_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = TrainConfig(problem="terrain", methods=("imle",), compile="graph", device="cpu", n_train=8)
+    with pytest.raises(ConfigError, match="cannot record the step as a CUDA graph with several training"):
+        run(config)  # before any rendezvous
+    from imle_solvers.training import config as config_module
+
+    monkeypatch.setattr(config_module, "resolve_device", lambda device: torch.device("cuda"))  # a GPU
+    monkeypatch.setattr(config_module, "_bf16_supported", lambda: True)
+    assert TrainConfig(problem="terrain", device="cuda").resolved().compile == "off"  # auto: no graph
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert TrainConfig(problem="terrain", device="cuda").resolved().compile == "graph"  # one process
+    from imle_solvers.training import make_problem, train_model
+
+    prob = make_problem("shortest-path", 16, 8, 0)
+    group = DistributedContext(0, 2, 0, "gloo", torch.device("cpu"))
+    with pytest.raises(ConfigError, match="cannot hold DistributedDataParallel's gradient all-reduce"):
+        train_model(prob.model(), "spo+", prob.train, prob.test, compile="graph", distributed=group)
+
+
 def test_one_process_trains_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert process_group("cpu", 5.0) is None
@@ -147,6 +167,53 @@ def test_perturbation_layers_draw_the_global_noise() -> None:
     shard_noise([layer], rows)
     assert torch.equal(layer(theta[1:3]), whole[1:3])
     assert "GlobalBatchNoise(Gumbel" in repr(layer.noise)
+
+
+def test_a_step_of_a_share_reports_its_rows_in_the_global_batch() -> None:
+    from imle_solvers.training.loop import _LossDisplay, _train_epoch
+
+    class FailingStep:  # stands in for a TrainStep: the oracle fails on the share's second row
+        data = type("Data", (), {"__len__": lambda self: 10})()
+        device = torch.device("cpu")
+        running = torch.zeros(())
+
+        def __init__(self) -> None:
+            self.seen: list[list[int]] = []
+
+        def __call__(self, indices: torch.Tensor) -> None:
+            self.seen.append(indices.tolist())
+            if len(self.seen) == 2:
+                raise InfeasibleError("no state", rows=[1])
+
+    step = FailingStep()
+    group = DistributedContext(1, 2, 1, "gloo", torch.device("cpu"))
+    rows = Shard()
+    gen = torch.Generator().manual_seed(0)
+    with pytest.raises(InfeasibleError) as info:
+        _train_epoch(step, gen, 7, _LossDisplay(None, step.running, 10, 7), rows, group)  # type: ignore[arg-type]
+    order = torch.randperm(10, generator=torch.Generator().manual_seed(0)).tolist()
+    assert step.seen == [order[4:7], order[9:10]]  # rank 1's shares: rows 4-6 of 7, then row 2 of 3
+    assert (rows.start, rows.stop, rows.total) == (2, 3, 3)
+    assert info.value.rows == (3,) and "(training process 1 of 2)" in str(info.value)
+
+
+def test_the_progress_bar_shows_the_mean_loss_of_this_process_s_rows() -> None:
+    from imle_solvers.training.loop import _LossDisplay
+
+    class Bar:
+        def __init__(self) -> None:
+            self.shown: list[str] = []
+
+        def update(self, n: int) -> None:
+            pass
+
+        def set_postfix(self, loss: str, refresh: bool) -> None:
+            self.shown.append(loss)
+
+    bar = Bar()
+    display = _LossDisplay(bar, torch.tensor(10.0), 8, 4, share=0.5)  # 8 instances, 2 processes
+    display.update(1)  # the last batch: this process summed the loss of its 4 rows
+    assert bar.shown == ["2.5"]
 
 
 def test_a_solver_error_names_the_row_of_the_global_batch() -> None:
@@ -208,6 +275,9 @@ def test_every_step_on_two_processes_has_the_gradient_of_one(
             np.testing.assert_allclose(got[name]["curve"], want["curve"], rtol=1e-9, err_msg=name)
             loss = got[name]["train_loss"]  # summed in float32 by the loop, in a different order
             np.testing.assert_allclose(loss, want["train_loss"], rtol=1e-6, err_msg=name)
+        # an epoch lasts as long as its slowest process, the same number everywhere (--time-limit stops
+        # every process after the same epoch)
+        assert ranks[0][name]["epoch_times"] == ranks[1][name]["epoch_times"], name
 
 
 @pytest.mark.timeout(180)
