@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -102,9 +103,9 @@ def main() -> None:
         return
     score, beta, nonzeros = own_loop(args.epochs, n_train=args.n_train)
     rank = int(os.environ.get("RANK", "0"))
-    print(
-        f"rank {rank}: normalised test regret {score:.4f}, AI-MLE β {beta:.6f}, n̄ {nonzeros:.6f}", flush=True
-    )
+    line = f"rank {rank}: normalised test regret {score:.4f}, AI-MLE β {beta:.6f}, n̄ {nonzeros:.6f}\n"
+    sys.stdout.write(line)  # one write: the processes' lines do not interleave
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

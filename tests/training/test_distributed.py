@@ -402,9 +402,11 @@ def test_the_ddp_example_trains_in_one_process() -> None:
 def test_the_ddp_example_on_two_processes_holds_one_beta() -> None:
     done = torchrun([str(ROOT / "examples" / "ddp_train.py"), "--epochs", "2", "--n-train", "256"])
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
-    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"]
-    assert lines[0].split(":")[1] == lines[1].split(":")[1]  # the same regret, β and n̄ (AI-MLE's state)
+    found = sorted(
+        re.findall(r"rank (\d): (normalised test regret [\d.]+, AI-MLE β [\d.]+, n̄ [\d.]+)", done.stdout)
+    )
+    assert [rank for rank, _ in found] == ["0", "1"], done.stdout
+    assert found[0][1] == found[1][1]  # the same regret, β and n̄ (AI-MLE's state)
 
 
 # --- the benchmark of the docs' table -------------------------------------------------------------------
