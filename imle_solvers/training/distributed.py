@@ -23,11 +23,10 @@ initialised already (``torch.distributed.init_process_group``) is used as it is.
 * **Output.** Only rank 0 writes result files and prints progress.
 
 The result is the same as one process training with the same seed and global batch, up to the order of
-floating-point sums (checked by the test suite with two processes). Two exceptions: batch normalisation
-on the CPU normalises each share by its own statistics (torch's `SyncBatchNorm` runs on CUDA only; on CUDA
-the model's batch-norm layers are converted to it), and a layer whose state is updated from its batch
-([`AdaptiveTarget`][imle_solvers.AdaptiveTarget]) must combine its statistics over the processes, which
-the library's layers do.
+floating-point sums (checked by the test suite with two processes); layers whose state follows their
+batches ([`AdaptiveTarget`][imle_solvers.AdaptiveTarget]) combine their statistics over the processes
+themselves. One exception: batch normalisation on the CPU normalises each share by its own statistics
+(torch's `SyncBatchNorm` runs on CUDA only; on CUDA the model's batch-norm layers are converted to it).
 
 Why not torch's `DistributedSampler`: it deals one epoch's permutation out to the processes in turn and
 pads it with repeated instances, so a process's batches are not shares of one process's batches and the
