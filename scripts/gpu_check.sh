@@ -36,7 +36,7 @@ timeout 80 python3 -m pytest -q -p no:cacheprovider -m cuda -o addopts="" --time
     tests/adapters/test_device_cuda.py tests/training/test_step.py tests/test_torch_func.py tests/test_targets.py \
     tests/benchmarks/test_bench_warcraft.py tests/test_noise.py tests/adapters/test_graphs_cuda.py \
     tests/pool/test_pool.py tests/test_estimator_semantics.py tests/test_imle.py \
-    tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py tests/experiments/test_sort.py \
+    tests/training/test_training.py tests/experiments/test_vae.py tests/experiments/test_l2x.py tests/experiments/test_sort.py tests/training/test_distributed.py \
     2>&1 | tee "$OUT/cuda-tests.txt"
 
 step "assignment and spanning tree on the GPU vs SciPy / NetworkX"
