@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))" \
     | tee -a "$OUT/device.txt"
 
-step "Warcraft 30×30 protocol: resnet-stem, I-MLE mu-mu, the auto settings"
+step "Warcraft 30×30 protocol: resnet-stem, I-MLE mu-mu, the recorded step (--compile graph), bf16, channels-last"
 if [ "$FULL" = 1 ]; then
     timeout 900 python3 scripts/gpu_warcraft.py --budget 840 --out "$OUT" 2>&1 | tee "$OUT/warcraft.txt"
 else

@@ -6,8 +6,8 @@ I-MLE μ-μ (``imle-mumu``: SumOfGamma noise with κ the mean path length, one s
 learning rate 5·10⁻⁴ divided by 10 after epochs 30 and 40, 50 epochs. The maps are generated terrain maps
 unless ``data`` names the published files. The run is
 [`train_model`][imle_solvers.training.train_model] with the settings that ``imle-solvers train --problem
-warcraft`` resolves (on CUDA by default: bfloat16 autocast, channels-last, the step recorded as one CUDA
-graph, the grid paths solved on the GPU).
+warcraft`` resolves (on CUDA by default: bfloat16 autocast, channels-last, the grid paths solved on the
+GPU; ``compile="graph"`` records the step as one CUDA graph).
 
 Two tables: one row per epoch (training seconds, maps per second, evaluation seconds, the training loss,
 the test accuracy and regret), and a summary: the machine and settings, the first epoch (which pays for

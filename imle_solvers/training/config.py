@@ -17,7 +17,6 @@ from .._checks import in_range, integer_at_least, non_negative_int, positive, po
 from ..app.config import CommandConfig, option
 from ..app.session import device_name, resolve_device
 from ..errors import ConfigError, DataError
-from .distributed import planned_world_size
 from .methods import METHODS
 from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
 
@@ -47,8 +46,8 @@ BB_LOSSES = ("regret", "hamming")
 COMPILE = ("auto", "off", "graph", "model", "model+graph")
 """``--compile``: ``graph`` records the whole training step (batch gather, model, noise, the layer's
 forward and backward solves, Adam) once as a CUDA graph and replays it; ``model`` compiles the model with
-``torch.compile`` (Inductor); ``model+graph`` both; ``off`` runs every operation eagerly. ``auto``: ``graph``
-on CUDA for the image problems with device-native oracles, ``off`` otherwise."""
+``torch.compile`` (Inductor); ``model+graph`` both; ``off`` runs every operation eagerly. ``auto``: ``off``
+(the recorded step is opt-in: ``graph``)."""
 
 AMP = ("auto", "bf16", "off")
 """``--amp``: ``bf16`` runs the model under bfloat16 autocast (the costs it predicts, the layers and the
@@ -331,8 +330,7 @@ examples:
     compile: str = option(
         "auto",
         "graph: the whole training step recorded once as a CUDA graph and replayed; model: torch.compile "
-        "of the model; model+graph; off; auto: graph on CUDA for terrain and warcraft with device-native "
-        "oracles, else off",
+        "of the model; model+graph; off; auto: off (the recorded step is opt-in)",
         choices=COMPILE,
     )
     amp: str = option(
@@ -457,8 +455,5 @@ examples:
         if self.channels_last == "auto":
             filled["channels_last"] = "on" if cuda and cnn else "off"
         if self.compile == "auto":
-            native = self.oracle != "host" and self.workers == 0 and self.dask_address is None
-            alone = planned_world_size() == 1  # a CUDA graph cannot hold DDP's all-reduce
-            graph = cuda and self.problem in IMAGE_PROBLEMS and native and alone
-            filled["compile"] = "graph" if graph else "off"
+            filled["compile"] = "off"  # the recorded step is opt-in (--compile graph)
         return dataclasses.replace(self, **filled)

@@ -331,8 +331,9 @@ def test_the_auto_rules_of_compile_amp_and_channels_last(monkeypatch: pytest.Mon
     assert settings(problem="warcraft") == ("off", "off", "off")  # the CPU: eager float32
     monkeypatch.setattr(config, "resolve_device", lambda name: torch.device("cuda"))
     monkeypatch.setattr(config, "_bf16_supported", lambda: True)
-    assert settings(problem="warcraft") == ("graph", "bf16", "on")
-    assert settings(problem="terrain", model="terrain-cnn") == ("graph", "bf16", "on")
+    assert settings(problem="warcraft") == ("off", "bf16", "on")  # the recorded step is opt-in
+    assert settings(problem="terrain", model="terrain-cnn") == ("off", "bf16", "on")
+    assert settings(problem="warcraft", compile="graph") == ("graph", "bf16", "on")
     assert settings(problem="warcraft", oracle="host") == ("off", "bf16", "on")  # host solves: no graph
     assert settings(problem="warcraft", workers=2) == ("off", "bf16", "on")
     assert settings(problem="shortest-path") == ("off", "off", "off")  # the linear model
@@ -342,4 +343,4 @@ def test_the_auto_rules_of_compile_amp_and_channels_last(monkeypatch: pytest.Mon
         "off",
     )
     monkeypatch.setattr(config, "_bf16_supported", lambda: False)
-    assert settings(problem="warcraft") == ("graph", "off", "on")
+    assert settings(problem="warcraft") == ("off", "off", "on")
