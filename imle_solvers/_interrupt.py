@@ -38,7 +38,7 @@ from .errors import ImleSolversError
 try:  # the C module: `signal`'s wrappers convert handlers to enums, about 10 µs a call
     import _signal as sig
 except ImportError:  # pragma: no cover - every CPython has it
-    sig = signal  # type: ignore[no-redef]
+    sig = signal
 
 __all__ = ["EXIT_GRACE_S", "default_sigint", "set_sigint", "solving", "stop_solves"]
 

@@ -101,8 +101,8 @@ def _row(
     if hasattr(oracle, "solve_torch"):
 
         def raw() -> None:
-            oracle.solve_torch(flat)  # type: ignore[attr-defined]
-            oracle.solve_torch(flat)  # type: ignore[attr-defined]
+            oracle.solve_torch(flat)
+            oracle.solve_torch(flat)
     else:
         host = flat.numpy().astype(np.float64)
 

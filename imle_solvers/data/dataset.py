@@ -21,7 +21,7 @@ def solve_optimal(oracle: MapOracle, costs: torch.Tensor, batch: int = 4096) -> 
     return torch.cat(out).to(costs.dtype) if out else costs.new_zeros(costs.shape)
 
 
-class PTODataset(Dataset):  # type: ignore[type-arg]
+class PTODataset(Dataset):
     """A predict-then-optimize data set (Elmachtoub & Grigas 2022; PyEPO's ``optDataset``).
 
     Item ``i`` is the tuple ``(x_i, c_i, z*_i, f*_i)``: features, true weights (in the oracle's sense:

@@ -78,7 +78,7 @@ class ProcessRunner:
         self.size = options.workers
         self.ctx: Any = multiprocessing.get_context(start_method)
         if start_method == "forkserver":  # the server imports the worker module once; forks are then cheap
-            self.ctx.set_forkserver_preload(["imle_solvers.pool._worker"])  # type: ignore[attr-defined]
+            self.ctx.set_forkserver_preload(["imle_solvers.pool._worker"])
         self.threads = options.worker_threads
         self.max_oracles = options.max_cached_oracles
         self.startup_timeout = startup_timeout
@@ -205,7 +205,7 @@ class ProcessRunner:
         for obj in ready:
             w = by_conn.get(id(obj))
             if w is None:
-                w = by_sentinel.get(obj)  # type: ignore[call-overload]
+                w = by_sentinel.get(obj)
                 if w is not None:
                     suspects.append(w)
                 continue

@@ -355,10 +355,10 @@ def _choose(host: MapOracle, native: MapOracle | None, want_native: bool, choice
 def _torch_grid(size: int) -> TorchOracle | None:
     """``adapters.TorchGridShortestPath(K, K, neighbourhood=8)``, or ``None`` where it is not installed."""
     try:
-        from ..adapters import TorchGridShortestPath  # type: ignore[attr-defined]
+        from ..adapters import TorchGridShortestPath
     except (ImportError, AttributeError):
         return None
-    return TorchGridShortestPath(size, size, neighbourhood=8)  # type: ignore[no-any-return]
+    return TorchGridShortestPath(size, size, neighbourhood=8)
 
 
 def _torch_knapsack(data: PTODataset) -> MapOracle | None:
@@ -368,7 +368,7 @@ def _torch_knapsack(data: PTODataset) -> MapOracle | None:
     if isinstance(data.oracle, TorchOracle):
         return data.oracle
     try:
-        from ..adapters import TorchKnapsack  # type: ignore[attr-defined]
+        from ..adapters import TorchKnapsack
     except (ImportError, AttributeError):
         return None
     w = np.asarray(data.info["item_weights"], dtype=float).T * 100  # [m, dims]
@@ -378,4 +378,4 @@ def _torch_knapsack(data: PTODataset) -> MapOracle | None:
     oracle = TorchKnapsack(np.rint(w).astype(np.int64), np.rint(caps).astype(np.int64))
     if getattr(oracle, "expected_nonzeros", None) is None:
         oracle.expected_nonzeros = data.oracle.expected_nonzeros  # κ of SumOfGamma, as the data set's
-    return oracle  # type: ignore[no-any-return]
+    return oracle

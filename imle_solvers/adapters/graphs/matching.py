@@ -90,7 +90,7 @@ class Matching(_GraphOracle):
             graph = self._build_graph()
             cached = (graph, [graph.edges[self.edges[i]] for i in self._proper])
             self._local.graph = cached
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     def _solve(self, w: np.ndarray) -> np.ndarray:
         nx = _networkx()
