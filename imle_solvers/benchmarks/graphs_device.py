@@ -183,8 +183,8 @@ def _knapsack_rows(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
-#: instances of a batch that a per-instance reference solves (at most), by problem size
 _REF_INSTANCES = {8: 1024, 16: 512, 32: 256, 64: 64, 128: 16, 256: 8}
+"""Instances of a batch that a per-instance reference solves (at most), by problem size."""
 
 
 def _matching_rows(quick: bool) -> list[dict[str, Any]]:

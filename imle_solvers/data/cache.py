@@ -7,8 +7,8 @@ from pathlib import Path
 
 __all__ = ["CACHE_ENV", "cache_dir"]
 
-#: Environment variable naming the cache folder (overrides the XDG default).
 CACHE_ENV = "IMLE_SOLVERS_CACHE"
+"""Environment variable naming the cache folder (overrides the XDG default)."""
 
 
 def cache_dir() -> Path:

@@ -23,10 +23,9 @@ from .dataset import PTODataset
 
 __all__ = ["TERRAIN_COSTS", "render_terrain", "terrain_maps"]
 
-#: Cost of each terrain type (the five Warcraft II costs used by Vlastelica et al.).
 TERRAIN_COSTS = np.array([0.8, 1.2, 5.3, 7.7, 9.2])
+"""Cost of each terrain type (the five Warcraft II costs used by Vlastelica et al.)."""
 
-#: Base colour (RGB in [0, 1]) of each terrain type: grass, earth, forest, water, mountain.
 _COLOURS = np.array(
     [
         [0.35, 0.65, 0.25],
@@ -36,6 +35,7 @@ _COLOURS = np.array(
         [0.55, 0.55, 0.55],
     ]
 )
+"""Base colour (RGB in [0, 1]) of each terrain type: grass, earth, forest, water, mountain."""
 
 
 def _textures(pixels: int) -> np.ndarray:
@@ -177,8 +177,8 @@ def terrain_maps(
     return data
 
 
-#: Bump when the generator changes: cached maps of another version are never read.
 _CACHE_VERSION = "v2"
+"""Bump when the generator changes: cached maps of another version are never read."""
 _CACHE_FILES = ("types", "images", "solutions")
 
 

@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import torch
 
-#: recorded shapes kept per oracle (a training batch and an evaluation batch, and a few spares)
 GRAPHS_KEPT = 4
+"""Recorded shapes kept per oracle (a training batch and an evaluation batch, and a few spares)."""
 
-#: ``sweeps(dist, level, w, first, count)`` → device flag "the last sweep changed something"
 Sweeps = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
+"""``sweeps(dist, level, w, first, count)`` → device flag "the last sweep changed something"."""
 
 
 class SweepGraph:

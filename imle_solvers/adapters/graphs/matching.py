@@ -106,13 +106,13 @@ class Matching(_GraphOracle):
         return f"Matching(n_vars={self.n_vars}, maxcardinality={self.maxcardinality})"
 
 
-#: a CPU batch is split over threads when an instance costs SciPy at least ``n_rows · n_cols · min(n_rows,
-#: n_cols)`` = this many units (16×16: its solve, which releases the GIL, outweighs the Python call)
 _THREAD_WORK = 1 << 12
-#: ... and at least this many rows per thread
+"""A CPU batch is split over threads when an instance costs SciPy at least ``n_rows · n_cols · min(n_rows,
+n_cols)`` = this many units (16×16: its solve, which releases the GIL, outweighs the Python call)."""
 _THREAD_ROWS = 32
-#: the Triton kernel keeps a few vectors of this many lanes in registers; larger instances go to SciPy
+"""... and only when each thread gets at least this many rows."""
 _KERNEL_MAX_COLS = 1024
+"""The Triton kernel keeps a few vectors of this many lanes in registers; larger instances go to SciPy."""
 
 
 class TorchMatching(TorchOracle):

@@ -18,9 +18,9 @@ from ._common import _check_graph, _GraphOracle, _networkx
 
 __all__ = ["SpanningTree", "TorchSpanningTree"]
 
-#: on the CPU the batch is solved in blocks of about this many (row, edge) entries: they stay in cache,
-#: and at half torch's intra-op grain size (32768) every op runs inline, with no thread wake-ups
 _CPU_BLOCK = 1 << 14
+"""On the CPU the batch is solved in blocks of about this many (row, edge) entries: they stay in cache, and at
+half torch's intra-op grain size (32768) every op runs inline, with no thread wake-ups."""
 
 Node = Hashable
 Edge = tuple[Any, Any]

@@ -30,13 +30,14 @@ from ._sweep_graph import SweepGraphs
 __all__ = ["TorchGridShortestPath"]
 
 
-#: Jacobi sweeps between two convergence checks (CPU: the check is a cheap host read).
 _CPU_CHUNK = 4
-#: the CPU sweeps run on blocks of rows of about this many padded cells (a few arrays fit in L2)
+"""Jacobi sweeps between two convergence checks (CPU: the check is a cheap host read)."""
 _CPU_BLOCK_CELLS = 1 << 18
-#: sweeps per chunk on an accelerator; at most `_IN_FLIGHT` chunks are queued ahead of the check.
+"""The CPU sweeps run on blocks of rows of about this many padded cells (a few arrays fit in L2)."""
 _DEVICE_CHUNK = 8
+"""Sweeps per chunk on an accelerator; at most `_IN_FLIGHT` chunks are queued ahead of the check."""
 _IN_FLIGHT = 2
+"""Chunks of sweeps queued on an accelerator ahead of the convergence check that reads the oldest."""
 KERNEL_MAX_CELLS = 4096
 """Largest ``H·W`` the fused Triton kernel takes (one program holds a map in registers)."""
 _KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -27,8 +27,8 @@ from ...errors import require
 
 __all__ = ["ImageData", "load_digits", "load_idx", "load_images", "load_mnist"]
 
-#: IDX element types (the third byte of the magic number) → numpy dtype (big-endian)
 _IDX_DTYPES: dict[int, str] = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+"""IDX element types (the third byte of the magic number) → numpy dtype (big-endian)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,8 @@ import torch
 
 __all__ = ["kl_to_uniform", "log_partition", "marginals"]
 
-#: Stand-in for log 0 in the recursion: finite, so that the log-sum-exp has finite gradients everywhere.
 _LOG_ZERO = -1.0e4
+"""Stand-in for log 0 in the recursion: finite, so that the log-sum-exp has finite gradients everywhere."""
 
 
 def log_partition(theta: torch.Tensor, k: int) -> torch.Tensor:
