@@ -7,10 +7,10 @@ distance between ``z`` and the optimal selection for the true values. I-MLE (Alg
 gradient through the solver. Progress is the normalised regret on held-out instances:
 ``(⟨v, z*⟩ − ⟨v, ẑ⟩) / ⟨v, z*⟩`` with ``ẑ`` the noise-free selection for the predicted values.
 
-Run::
+Run:
 
-    .venv/bin/python examples/declare_ilp.py            # CP-SAT, about 20 s on 2 cores
-    .venv/bin/python examples/declare_ilp.py --backend highs
+    python examples/declare_ilp.py                      # CP-SAT, about 20 s on 2 cores
+    python examples/declare_ilp.py --backend highs
 """
 
 from __future__ import annotations

@@ -4,22 +4,24 @@ Every error that concerns particular rows of a batch carries them in ``.rows`` (
 the ``(B·S, m)`` batch that reached the oracle, or of the ``(..., m)`` weights the user passed) and
 names them in its message, so that a failure in a batch of 256 says *which* instance failed.
 
-Hierarchy::
+Hierarchy:
 
-    ImleSolversError
-    ├── InvalidWeightsError      (also a ValueError)   NaN/inf, wrong length, dtype or shape of an input
-    ├── InfeasibleError                                 no state satisfies the constraints
-    ├── UnboundedError                                  the objective is unbounded
-    ├── SolverTimeoutError       (also a TimeoutError)  time limit hit with no usable answer
-    ├── NegativeCycleError                              shortest path with a negative cycle
-    ├── WorkerCrashedError                              a pool worker died mid-call
-    ├── InvalidSolutionError                            a solver's state violates the declared model
-    ├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
-    ├── ConfigError              (also a ValueError)    a command's setting that cannot work
-    ├── DataError                (also a ValueError)    a data set on disk that is not in its format
-    └── OutputError              (also an OSError)      a command's results could not be written
+```text
+ImleSolversError
+├── InvalidWeightsError      (also a ValueError)   NaN/inf, wrong length, dtype or shape of an input
+├── InfeasibleError                                 no state satisfies the constraints
+├── UnboundedError                                  the objective is unbounded
+├── SolverTimeoutError       (also a TimeoutError)  time limit hit with no usable answer
+├── NegativeCycleError                              shortest path with a negative cycle
+├── WorkerCrashedError                              a pool worker died mid-call
+├── InvalidSolutionError                            a solver's state violates the declared model
+├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
+├── ConfigError              (also a ValueError)    a command's setting that cannot work
+├── DataError                (also a ValueError)    a data set on disk that is not in its format
+└── OutputError              (also an OSError)      a command's results could not be written
 
-    UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
+UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
+```
 """
 
 from __future__ import annotations

@@ -239,10 +239,12 @@ class _SPOPlusFunction(torch.autograd.Function):
 class SPOPlusLoss(nn.Module):
     """The SPO+ loss of Elmachtoub & Grigas (2022, "Smart 'predict, then optimize'", eq. 7).
 
-    For a ``"min"`` oracle with predicted costs ``ĉ``, true costs ``c`` and ``z*(·)`` the minimiser::
+    For a ``"min"`` oracle with predicted costs ``ĉ``, true costs ``c`` and ``z*(·)`` the minimiser:
 
-        ℓ_SPO+(ĉ, c) = max_z ⟨c − 2ĉ, z⟩ + 2⟨ĉ, z*(c)⟩ − ⟨c, z*(c)⟩,
-        ∂ℓ/∂ĉ        = 2 (z*(c) − z*(2ĉ − c)).
+    ```text
+    ℓ_SPO+(ĉ, c) = max_z ⟨c − 2ĉ, z⟩ + 2⟨ĉ, z*(c)⟩ − ⟨c, z*(c)⟩,
+    ∂ℓ/∂ĉ        = 2 (z*(c) − z*(2ĉ − c)).
+    ```
 
     In θ-space (``θ = ±weights``, maximise ``⟨θ, z⟩``) the same loss reads
     ``ℓ = max_z ⟨2θ̂ − θ, z⟩ − 2⟨θ̂, MAP(θ)⟩ + ⟨θ, MAP(θ)⟩`` with ``∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − MAP(θ))``;
@@ -349,10 +351,12 @@ class _FenchelYoungFunction(torch.autograd.Function):
 class FenchelYoungLoss(nn.Module):
     """The perturbed Fenchel-Young loss of Berthet et al. (2020, sec. 4.1).
 
-    With ``F_ε(θ) = E[max_z ⟨θ + ε, z⟩]`` (ε ~ ``noise``, by default ``σZ`` with ``Z ~ N(0, I)``)::
+    With ``F_ε(θ) = E[max_z ⟨θ + ε, z⟩]`` (ε ~ ``noise``, by default ``σZ`` with ``Z ~ N(0, I)``):
 
-        ℓ_FY(θ; y) = F_ε(θ) − ⟨θ, y⟩            (up to the constant Ω(y), omitted)
-        ∇θ ℓ_FY    = E[MAP(θ + ε)] − y ,
+    ```text
+    ℓ_FY(θ; y) = F_ε(θ) − ⟨θ, y⟩            (up to the constant Ω(y), omitted)
+    ∇θ ℓ_FY    = E[MAP(θ + ε)] − y ,
+    ```
 
     estimated with ``samples`` perturbations (one batched solve). ``y`` is the target state (the
     optimal solution ``z*(c)``). For a ``"min"`` oracle θ = −ĉ, so the gradient in cost space is

@@ -6,15 +6,19 @@ here and shared by every estimator of the library ([`IMLE`][imle_solvers.IMLE] i
 blackbox and perturbed optimizers in ``estimators.py``): they differ only in the noise drawn in the
 forward pass and in the *gradient rule* applied in the backward pass (paper, Algorithm 1 and eq. 7).
 
-Forward (per row of θ, S samples)::
+Forward (per row of θ, S samples):
 
-    ε ~ ρ(ε)                      [N, S, m]
-    z = MAP(θ + ε)                [N, S, m]     one batched oracle / pool call
+```text
+ε ~ ρ(ε)                      [N, S, m]
+z = MAP(θ + ε)                [N, S, m]     one batched oracle / pool call
+```
 
-Backward (gradient rule, e.g. a [`TargetDistribution`][imle_solvers.TargetDistribution])::
+Backward (gradient rule, e.g. a [`TargetDistribution`][imle_solvers.TargetDistribution]):
 
-    θ' = θ − λ ∇z L               [N, S, m]
-    ∇θ L ≈ Σ_S [z − MAP(θ' + ε)] / λ          one batched oracle / pool call
+```text
+θ' = θ − λ ∇z L               [N, S, m]
+∇θ L ≈ Σ_S [z − MAP(θ' + ε)] / λ          one batched oracle / pool call
+```
 
 Sample convention (every estimator alike): the S samples are S outputs, and the backward returns the
 *sum* of the per-sample estimates, as autograd does for any layer with S outputs. A loss averaged over

@@ -161,12 +161,14 @@ class RelativeTarget(TargetDistribution):
 
     Paper eq. 8 with a λ chosen per row and sample so that the target step has a fixed size *relative
     to the spread of the perturbed weights*, whatever the scale of the loss, and the small-λ finite
-    difference of eq. 11, two-sided by default::
+    difference of eq. 11, two-sided by default:
 
-        s      = std(θ + ε)                     (over the m entries; see below where it is 0)
-        λ_eff  = λ · s / ‖∇z L‖_∞                (the largest entry of the step moves by λ · s)
-        ∇θ L  ≈ Σ_s [MAP(θ + λ_eff ∇zL + ε_s) − MAP(θ − λ_eff ∇zL + ε_s)] / (2 λ_eff)    (two-sided)
-        ∇θ L  ≈ Σ_s [MAP(θ + ε_s) − MAP(θ − λ_eff ∇zL + ε_s)] / λ_eff                      (one-sided)
+    ```text
+    s      = std(θ + ε)                     (over the m entries; see below where it is 0)
+    λ_eff  = λ · s / ‖∇z L‖_∞                (the largest entry of the step moves by λ · s)
+    ∇θ L  ≈ Σ_s [MAP(θ + λ_eff ∇zL + ε_s) − MAP(θ − λ_eff ∇zL + ε_s)] / (2 λ_eff)    (two-sided)
+    ∇θ L  ≈ Σ_s [MAP(θ + ε_s) − MAP(θ − λ_eff ∇zL + ε_s)] / λ_eff                      (one-sided)
+    ```
 
     What holds, with the same noise (each is a test):
 

@@ -6,10 +6,14 @@ Rows: ``adapter``, ``instance``, ``adapter_ms`` (the oracle's ``solve``, or ``so
 bare measurement round, so that both are equally exposed to preemption on a shared machine),
 ``ratio = adapter_ms / bare_ms`` and ``reference_ms`` (empty: no reference time).
 
-Run alone::
+These rows are the first part of ``imle-solvers bench adapters``. Run alone:
 
-    .venv/bin/python -c "from imle_solvers.benchmarks import adapters_graphs as a; \\
-        from imle_solvers.report import format_table; print(format_table(a.run()))"
+```python
+from imle_solvers.app.report import format_table
+from imle_solvers.benchmarks import adapters_graphs
+
+print(format_table(adapters_graphs.run(quick=True)))
+```
 """
 
 from __future__ import annotations
