@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._lazy import lazy_exports
+from .adaptive import AdaptiveTarget, RowAdaptiveTarget
 from .errors import (
     ImleSolversError,
     InfeasibleError,
@@ -26,14 +27,7 @@ from .estimators import STE, Blackbox, PerturbedOptimizer
 from .imle import IMLE  # also binds imle_solvers.imle: the module, callable as imle(...)
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
 from .oracle import MapOracle, TorchOracle
-from .target import (
-    AdaptiveTarget,
-    OptimalTarget,
-    PerturbedTarget,
-    RelativeTarget,
-    RowAdaptiveTarget,
-    TargetDistribution,
-)
+from .target import OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 from .topk import TopK
 
 __version__ = "0.1.0"

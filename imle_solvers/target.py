@@ -18,8 +18,7 @@ Targets:
   a step of ten spreads: close to eq. 10, for regret losses.
 * [`AdaptiveTarget`][imle_solvers.AdaptiveTarget]: AI-MLE (Minervini et al., AAAI 2023), λ adapted
   online to a target gradient sparsity; positively homogeneous in ``∇z L``. It and its per-row
-  variant [`RowAdaptiveTarget`][imle_solvers.RowAdaptiveTarget] are defined in ``adaptive.py`` and
-  re-exported here.
+  variant [`RowAdaptiveTarget`][imle_solvers.RowAdaptiveTarget] live in ``imle_solvers.adaptive``.
 * [`PerturbedTarget`][imle_solvers.PerturbedTarget]: the paper's fixed-λ PID target (eq. 8). The step
   ``λ ∇z L`` moves with the scale of the loss: a ``.mean()`` over a large batch can shrink it below
   the gaps of θ + ε, and the gradient becomes exactly zero (the target warns).
@@ -46,11 +45,9 @@ import torch
 from ._checks import positive
 
 __all__ = [
-    "AdaptiveTarget",
     "OptimalTarget",
     "PerturbedTarget",
     "RelativeTarget",
-    "RowAdaptiveTarget",
     "TargetDistribution",
 ]
 
@@ -373,8 +370,3 @@ def warn_if_mostly_zero(
             RuntimeWarning,
             stacklevel=2,
         )
-
-
-# The adaptive targets subclass TargetDistribution and use the PID helpers above: imported last, so that
-# `imle_solvers.target.AdaptiveTarget` and `imle_solvers.target.RowAdaptiveTarget` keep working.
-from .adaptive import AdaptiveTarget, RowAdaptiveTarget  # noqa: E402

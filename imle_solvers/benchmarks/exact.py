@@ -34,11 +34,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..adaptive import AdaptiveTarget
 from ..estimators import STE, Blackbox, PerturbedOptimizer
 from ..imle import IMLE
 from ..noise import NoiseDistribution, SumOfGamma
 from ..oracle import MapOracle, TorchOracle
-from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget
+from ..target import OptimalTarget, PerturbedTarget, RelativeTarget
 from ..topk import TopK
 
 __all__ = [

@@ -24,13 +24,14 @@ import torch
 from torch import nn
 
 from .._checks import one_of, positive, positive_int
+from ..adaptive import AdaptiveTarget
 from ..app.registry import Registry
 from ..estimators import Blackbox, PerturbedOptimizer
 from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
 from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
-from ..target import AdaptiveTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
+from ..target import OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 
 __all__ = ["METHODS", "Batch", "Method", "MethodOptions", "build_method", "decision_loss", "scale_grad"]
 
