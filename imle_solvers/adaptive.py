@@ -13,7 +13,7 @@ Under data parallelism (a ``torch.distributed`` process group is initialised, e.
 combine the statistics of their updates over the processes, so that every process adapts as one process
 would on the global batch.
 
-Both are importable from ``imle_solvers.target`` as well.
+Both are importable from ``imle_solvers``.
 """
 
 from __future__ import annotations
@@ -79,10 +79,12 @@ def _global_norms(norms: torch.Tensor, group: Any) -> torch.Tensor:
 class AdaptiveTarget(nn.Module, TargetDistribution):
     """Adaptive I-MLE (AI-MLE, Minervini, Franceschi & Niepert, AAAI 2023), as published.
 
-    One λ for the whole batch, relative to the norms of θ and of the upstream gradient::
+    One λ for the whole batch, relative to the norms of θ and of the upstream gradient:
 
-        λ = β · ‖θ‖ / ‖∇z L‖          (Frobenius norms over the batch's N·S rows; 0 when ∇z L = 0)
-        θ' = θ − λ ∇z L,   ∇θ L ≈ Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)] / λ
+    ```text
+    λ = β · ‖θ‖ / ‖∇z L‖          (Frobenius norms over the batch's N·S rows; 0 when ∇z L = 0)
+    θ' = θ − λ ∇z L,   ∇θ L ≈ Σ_s [MAP(θ + ε_s) − MAP(θ'_s + ε_s)] / λ
+    ```
 
     After every backward pass β moves additively towards a target *number of nonzero gradient
     entries per sample*: ``n̄ ← decay·n̄ + (1 − decay)·nnz/(N·S)`` (an exponential moving average),
