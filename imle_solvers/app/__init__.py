@@ -5,6 +5,8 @@
 * ``registry.py`` — [`Registry`][imle_solvers.app.registry.Registry]: name → documented factory;
 * ``results.py``  — typed result records, [`Summary`][imle_solvers.app.results.Summary] and
   [`ResultWriter`][imle_solvers.app.results.ResultWriter] (JSON, Markdown, plots, atomically);
+* ``machine.py``  — what a command checks on this machine before any work (its device, its output
+  folder);
 * ``session.py``  — [`Session`][imle_solvers.app.session.Session]: checks before work, threads, the output
   folder, Ctrl-C;
 * ``command.py``  — [`Command`][imle_solvers.app.command.Command]: parse, run, print, exit status;

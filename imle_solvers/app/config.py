@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from ..errors import ConfigError
+from .machine import check_device, check_output_dir
 
 __all__ = ["CommandConfig", "Option", "option"]
 
@@ -295,8 +296,6 @@ class CommandConfig:
         The base checks ``device`` and ``out`` where the configuration has them; raises
         [`ConfigError`][imle_solvers.errors.ConfigError].
         """
-        from .session import check_device, check_output_dir
-
         device = getattr(self, "device", None)
         if isinstance(device, str):
             check_device(device)

@@ -11,18 +11,18 @@ import argparse
 import dataclasses
 import importlib
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from .._checks import integer_at_least, positive, positive_int
 from ..app.command import Command
 from ..app.config import CommandConfig, option
+from ..app.machine import device_name
 from ..app.report import format_table
 from ..app.results import atomic_write_json
-from ..app.session import device_name
 from ..errors import ConfigError, OutputError
 from ..training.config import AMP, COMPILE
+from ._timing import time_per_call
 
 __all__ = [
     "COMMAND",
@@ -56,30 +56,6 @@ SUITES: dict[str, tuple[str, str]] = {
     "exact": ("imle_solvers.benchmarks.exact", "each estimator's mean gradient vs the exact one, enumerated"),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
-
-
-def time_per_call(
-    fn: Callable[[], Any], repeat: int = 5, number: int | None = None, min_time: float = 0.2
-) -> float:
-    """Median seconds per call of ``fn`` over ``repeat`` rounds of ``number`` calls.
-
-    ``number`` is chosen so that one round lasts about ``min_time`` seconds when not given.
-    One warm-up call runs first (imports, caches, JIT).
-    """
-    fn()
-    if number is None:
-        start = time.perf_counter()
-        fn()
-        once = max(time.perf_counter() - start, 1e-7)
-        number = max(1, int(min_time / once))
-    rounds = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        rounds.append((time.perf_counter() - start) / number)
-    rounds.sort()
-    return rounds[len(rounds) // 2]
 
 
 def _suite_listing() -> str:

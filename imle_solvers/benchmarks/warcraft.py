@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ..app.session import resolve_device
+from ..app.machine import resolve_device
 from ..training.config import TrainConfig
 from ..training.problems import Problem
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from .._checks import in_range, integer_at_least, non_negative_int, positive, positive_int
 from ..app.config import CommandConfig, option
-from ..app.session import device_name, resolve_device
+from ..app.machine import device_name, resolve_device
 from ..errors import ConfigError, DataError
 from .methods import METHODS
 from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
@@ -24,11 +24,9 @@ __all__ = [
     "AMP",
     "CHANNELS_LAST",
     "COMPILE",
-    "MODELS",
     "ORACLES",
     "SCHEDULES",
     "TrainConfig",
-    "resolve_device",
 ]
 
 SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]]] = {

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from imle_solvers import ClampedCosts
+from imle_solvers.app.machine import check_output_dir
 from imle_solvers.app.results import atomic_write_json
-from imle_solvers.app.session import check_output_dir
 from imle_solvers.data import shortest_path
 from imle_solvers.errors import ConfigError
 from imle_solvers.training import (
@@ -334,7 +334,7 @@ def test_schedules_and_defaults_resolve_without_substitution() -> None:
     assert (sp.n_train, sp.n_test, sp.samples, sp.model, sp.bb_loss) == (1000, 1000, 10, "linear", "regret")
     assert sp.resolved() == sp and TrainConfig(lr_drops=()).resolved().lr_drops == ()  # explicit: no drops
     auto = "cuda" if torch.cuda.is_available() else "cpu"
-    from imle_solvers.training.config import resolve_device
+    from imle_solvers.app.machine import resolve_device
 
     assert str(resolve_device("auto")) == auto
 

@@ -14,9 +14,10 @@ from torch import nn
 
 from ..._checks import non_negative_int, positive, positive_int
 from ...app.config import CommandConfig, option
+from ...app.machine import device_name, resolve_device
 from ...app.report import progress
 from ...app.results import Metric, Summary
-from ...app.session import Session, device_name, resolve_device
+from ...app.session import Session
 from ...errors import ConfigError
 from .methods import METHODS
 from .model import Explainer, Predictor

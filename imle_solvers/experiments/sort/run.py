@@ -13,8 +13,9 @@ import torch
 from ..._checks import non_negative_int, positive, positive_int
 from ...adapters.graphs.matching import TorchMatching
 from ...app.config import CommandConfig, option, render
+from ...app.machine import device_name, resolve_device
 from ...app.report import progress
-from ...app.session import Session, device_name, resolve_device
+from ...app.session import Session
 from ...errors import ConfigError
 from .data import DigitPool, Sequences, load_digit_pools, make_sequences
 from .methods import METHODS

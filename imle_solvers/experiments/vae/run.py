@@ -13,16 +13,16 @@ from torch.nn import functional as F
 
 from ..._checks import non_negative_int, positive, positive_int
 from ...app.config import CommandConfig, option
+from ...app.machine import device_name, resolve_device
 from ...app.report import progress
-from ...app.results import Metric, Summary
-from ...app.session import Session, device_name, resolve_device
+from ...app.session import Session
 from ...errors import ConfigError
 from .images import ImageData, load_images
 from .methods import METHODS, PAPER_METHODS, VAEMethod
 from .model import N_LATENT, N_VARS, SubsetVAE, latent_kl, vae_loss
-from .report import plot_curves, plot_reconstructions
+from .report import SUMMARY, plot_curves, plot_reconstructions
 
-__all__ = ["SUMMARY", "VAEConfig", "VAEResult", "VAERun", "header", "run_vae"]
+__all__ = ["VAEConfig", "VAEResult", "VAERun", "header", "run_vae"]
 
 
 def _count(value: int) -> int:
@@ -169,18 +169,6 @@ class VAERun:
     def final_train_loss(self) -> float:
         """Training loss of the last epoch."""
         return self.train_loss[-1]
-
-
-SUMMARY = Summary(
-    by=("method", "label"),
-    metrics=(
-        Metric("final_test_loss", "final test loss", 2),
-        Metric("best_test_loss", "best test loss", 2),
-        Metric("final_train_loss", "final train loss", 2),
-        Metric("seconds", "s / run", 1, spread=False),
-    ),
-)
-"""Per method, over seeds: final and best test loss, final training loss (mean ± std), seconds per run."""
 
 
 @dataclasses.dataclass
