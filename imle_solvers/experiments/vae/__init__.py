@@ -29,7 +29,8 @@ Entry points: [`run_vae`][imle_solvers.experiments.vae.run_vae] →
 * ``images.py``  — the data: scikit-learn's digits, or MNIST from disk;
 * ``methods.py`` — `METHODS`, the registry of latent samplers compared, and `GumbelSoftmax`;
 * ``run.py``     — `VAEConfig`, `run_vae` (what the command does), `VAERun` and `VAEResult`;
-* ``report.py``  — `result_table`, `plot_curves` and `plot_reconstructions`;
+* ``report.py``  — `SUMMARY` (the metrics over seeds), `result_table`, `plot_curves` and
+  `plot_reconstructions`;
 * ``cli.py``     — ``main(argv)``.
 """
 

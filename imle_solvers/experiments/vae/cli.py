@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from ...app.command import Command
-from .report import result_table
-from .run import SUMMARY, VAEConfig, VAEResult, VAERun, header, run_vae
+from .report import SUMMARY, result_table
+from .run import VAEConfig, VAEResult, VAERun, header, run_vae
 
 __all__ = ["COMMAND", "build_parser", "main"]
 

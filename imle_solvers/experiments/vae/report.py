@@ -1,4 +1,5 @@
-"""Reading a VAE result: the figures of the test loss per epoch and of the reconstructions."""
+"""Reading a VAE result: its summary over seeds (`SUMMARY`, `result_table`), the figures of the test loss
+per epoch and of the reconstructions."""
 
 from __future__ import annotations
 
@@ -7,18 +8,28 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...app.results import Metric, Summary
 from ...errors import require
 
 if TYPE_CHECKING:
     from .run import VAEResult
 
-__all__ = ["plot_curves", "plot_reconstructions", "result_table"]
+__all__ = ["SUMMARY", "plot_curves", "plot_reconstructions", "result_table"]
+
+SUMMARY = Summary(
+    by=("method", "label"),
+    metrics=(
+        Metric("final_test_loss", "final test loss", 2),
+        Metric("best_test_loss", "best test loss", 2),
+        Metric("final_train_loss", "final train loss", 2),
+        Metric("seconds", "s / run", 1, spread=False),
+    ),
+)
+"""Per method, over seeds: final and best test loss, final training loss (mean ± std), seconds per run."""
 
 
 def result_table(result: VAEResult) -> str:
     """Markdown table: final and best test loss, final train loss (mean ± std over seeds), seconds per run."""
-    from .run import SUMMARY
-
     return SUMMARY.table(result.runs)
 
 
