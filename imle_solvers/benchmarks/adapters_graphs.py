@@ -28,7 +28,7 @@ from scipy.sparse import csgraph
 
 from ..adapters.graphs import GridShortestPath, Matching, ShortestPath, SpanningTree
 from ..errors import require
-from . import time_per_call
+from ._timing import time_per_call
 
 __all__ = ["run"]
 

@@ -59,7 +59,7 @@ def problems() -> list[tuple[str, dict[str, Any], bool]]:
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Milliseconds per `solve` of each (problem, back end); one row per pair."""
     from ..adapters.ilp import ILP
-    from . import time_per_call
+    from ._timing import time_per_call
 
     rng = np.random.default_rng(1)
     rows: list[dict[str, Any]] = []

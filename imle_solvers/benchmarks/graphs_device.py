@@ -42,7 +42,7 @@ from ..adapters.graphs import (
     TorchSpanningTree,
 )
 from ..adapters.knapsack import TorchKnapsack
-from . import time_per_call
+from ._timing import time_per_call
 
 __all__ = ["run"]
 

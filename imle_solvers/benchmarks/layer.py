@@ -22,7 +22,7 @@ from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from ..oracle import MapOracle
 from ..target import RelativeTarget
 from ..topk import TopK
-from . import time_per_call
+from ._timing import time_per_call
 
 __all__ = ["NumpyTopK", "run"]
 
