@@ -322,22 +322,6 @@ def test_every_experiment_keeps_the_finished_runs_on_ctrl_c(
     assert f"1 finished run(s) kept in {out / 'runs'}" in captured.err and "Traceback" not in captured.err
 
 
-def test_the_core_never_imports_the_application_layer() -> None:
-    layers = (
-        "imle_solvers.app",
-        "imle_solvers.training",
-        "imle_solvers.experiments",
-        "imle_solvers.benchmarks",
-    )
-    code = (
-        "import sys, imle_solvers, imle_solvers.losses, imle_solvers.pool, imle_solvers.adapters\n"
-        f"print(sorted(m for m in sys.modules if m.startswith({layers!r})))"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
-    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
-
-
 def test_bench_writes_its_json_suite_by_suite(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
