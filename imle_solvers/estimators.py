@@ -87,8 +87,14 @@ class STE(PerturbAndMAPLayer):
         The MAP oracle.
     noise
         ρ(ε), default Gumbel(0, 1) (the paper found STE slightly better with Gumbel than SoG).
-    samples, pool, generator, check_finite
-        As for [`IMLE`][imle_solvers.IMLE].
+    samples
+        S, the number of perturb-and-MAP samples per row, as for [`IMLE`][imle_solvers.IMLE].
+    pool
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    generator
+        Optional `torch.Generator` on the weights' device.
+    check_finite
+        Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
 
     References
     ----------
@@ -137,8 +143,10 @@ class Blackbox(PerturbAndMAPLayer):
         The MAP oracle (costs for a ``"min"`` oracle, as in the original paper).
     lam
         λ > 0, the interpolation strength.
-    pool, check_finite
-        As for [`IMLE`][imle_solvers.IMLE].
+    pool
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    check_finite
+        Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
 
     References
     ----------
@@ -192,8 +200,12 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     noise
         ``"normal"`` (``Z ~ N(0, I)``, Berthet et al.'s default) or ``"gumbel"`` (``Z`` standard
         Gumbel, score ``1 − exp(−Z)``): any noise with a known score gives the same estimator (Prop. 3.1).
-    pool, generator, check_finite
-        As for [`IMLE`][imle_solvers.IMLE].
+    pool
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    generator
+        Optional `torch.Generator` on the weights' device.
+    check_finite
+        Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
 
     References
     ----------

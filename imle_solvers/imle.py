@@ -61,8 +61,14 @@ class IMLE(PerturbAndMAPLayer):
         each go out in one call.
     generator
         Optional `torch.Generator` on the weights' device.
-    check_finite, noise_on, target_noise_scale
-        See [`PerturbAndMAPLayer`][imle_solvers.perturb_and_map.PerturbAndMAPLayer].
+    check_finite
+        Check the weights for NaN/inf before solving; ``None`` (default): wherever the check needs no
+        host synchronisation (see [`PerturbAndMAPLayer`][imle_solvers.perturb_and_map.PerturbAndMAPLayer]).
+    noise_on
+        ``"theta"`` (default): ``MAP(θ + ε)``; ``"costs"``: a ``"min"`` oracle's costs are perturbed,
+        ``argmin ⟨c + ε, z⟩`` (see [`PerturbAndMAPLayer`][imle_solvers.perturb_and_map.PerturbAndMAPLayer]).
+    target_noise_scale
+        Multiplier of ε in the backward's target MAP, ``MAP(θ' + scale·ε)``; default 1, the same ε.
 
     Notes
     -----
@@ -159,8 +165,24 @@ def imle(
     ----------
     weights
         ``(..., m)`` weights in the oracle's sense.
-    oracle, noise, target, samples, pool, generator, check_finite, noise_on, target_noise_scale
-        As for [`IMLE`][imle_solvers.IMLE].
+    oracle
+        The MAP oracle.
+    noise
+        ρ(ε); default ``SumOfGamma()``, as for [`IMLE`][imle_solvers.IMLE].
+    target
+        The target distribution; default ``RelativeTarget()``, as for [`IMLE`][imle_solvers.IMLE].
+    samples
+        S, the number of perturb-and-MAP samples per row.
+    pool
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    generator
+        Optional `torch.Generator` on the weights' device.
+    check_finite
+        Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
+    noise_on
+        ``"theta"`` or ``"costs"``, as for [`IMLE`][imle_solvers.IMLE].
+    target_noise_scale
+        Multiplier of ε in the backward's target MAP, as for [`IMLE`][imle_solvers.IMLE].
 
     Returns
     -------

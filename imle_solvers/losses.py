@@ -158,8 +158,10 @@ def regret(
     ----------
     oracle
         The MAP oracle.
-    weights_pred, weights_true
-        ``(..., m)`` predicted and true weights, in the oracle's sense.
+    weights_pred
+        ``(..., m)`` predicted weights ``ĉ``, in the oracle's sense.
+    weights_true
+        ``(..., m)`` true weights ``c``, in the oracle's sense.
     normalized
         Return the normalised total (a 0-dim tensor); otherwise the per-instance regrets ``(...)``.
     pool
@@ -296,8 +298,10 @@ class SPOPlusLoss(nn.Module):
 
         Parameters
         ----------
-        weights_pred, weights_true
-            ``(..., m)`` predicted and true weights (PyEPO's ``pred_cost``, ``true_cost``).
+        weights_pred
+            ``(..., m)`` predicted weights ``ĉ`` (PyEPO's ``pred_cost``).
+        weights_true
+            ``(..., m)`` true weights ``c`` (PyEPO's ``true_cost``).
         optimal
             ``z*(c)`` of the same shape, if known (PyEPO's ``true_sol``); solved otherwise.
         objective

@@ -186,8 +186,10 @@ class TorchKnapsack(TorchOracle):
 
         Parameters
         ----------
-        weights, capacities
-            As for `TorchKnapsack`, in decimals.
+        weights
+            ``(n_items, n_dims)`` item weights (or ``(n_items,)``), given to ``decimals`` places.
+        capacities
+            ``(n_dims,)`` capacities (a scalar for one row), in the same unit; ⌊10^d C⌋ is kept.
         decimals
             ``d``, the places the weights are given to.
         **kwargs

@@ -85,6 +85,10 @@ WARCRAFT_OPTIONS = ("full", "epochs", "maps", "data", "size", "device", "compile
 class BenchConfig(CommandConfig):
     """Settings of ``imle-solvers bench`` (`run` takes it).
 
+    The fields from `full` on (`WARCRAFT_OPTIONS`) belong to the ``warcraft`` suite's protocol (see
+    [`benchmarks.warcraft.run`][imle_solvers.benchmarks.warcraft.run]); setting one with another suite
+    is an error.
+
     Attributes
     ----------
     suite
@@ -93,9 +97,25 @@ class BenchConfig(CommandConfig):
         Fewer repetitions: a smoke run in seconds.
     json
         Also write the rows to this JSON file (rewritten after every suite, atomically).
-    full, epochs, maps, data, size, device, compile, amp, time_limit
-        The ``warcraft`` suite's protocol (`WARCRAFT_OPTIONS`; see
-        [`benchmarks.warcraft.run`][imle_solvers.benchmarks.warcraft.run]); an error with another suite.
+    full
+        All 50 epochs on 10,000 maps, then the test accuracy.
+    epochs
+        Epochs to run (``None``: 2; 1 with `quick`; 50 with `full`).
+    maps
+        Training maps per epoch (``None``: 10,000 on a GPU, 350 on the CPU; fewer than 10,000 are
+        projected to a full epoch).
+    data
+        The folder of the published Warcraft files (``None``: generated maps).
+    size
+        Grid size K.
+    device
+        ``cpu``, ``cuda``, ``cuda:N`` or ``auto``.
+    compile
+        As ``imle-solvers train --compile``.
+    amp
+        As ``imle-solvers train --amp``.
+    time_limit
+        Stop after the epoch that passes this many seconds of training and project the rest.
     """
 
     command: ClassVar[str] = "bench"

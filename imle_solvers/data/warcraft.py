@@ -65,8 +65,10 @@ class WarcraftSplit:
         K, the grid size.
     count
         N, the number of maps.
-    height, width
-        Pixels of each image.
+    height
+        Pixel rows of each image.
+    width
+        Pixel columns of each image.
     """
 
     folder: Path

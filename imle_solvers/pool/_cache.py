@@ -50,8 +50,10 @@ class SolutionCache(MapOracle):
         The inner oracle. Assigning another one empties the cache (its states may not be feasible,
         or not optimal, for the new one) and takes over its ``sense``, ``n_vars``,
         ``expected_nonzeros`` and ``in_process_safe``.
-    hits, misses
-        Rows answered from the cache and rows sent to the solver.
+    hits
+        Rows answered from the cache.
+    misses
+        Rows sent to the solver.
 
     Notes
     -----

@@ -28,8 +28,10 @@ class ChunkFailure:
         Global batch rows the failure concerns (one row for a per-row ``solve``).
     exc
         The original exception when it could be pickled, else ``None``.
-    exc_type, message
-        ``type(exc).__qualname__`` and ``str(exc)`` (kept even when ``exc`` is ``None``).
+    exc_type
+        ``type(exc).__qualname__`` (kept even when ``exc`` is ``None``).
+    message
+        ``str(exc)`` (kept even when ``exc`` is ``None``).
     traceback
         The formatted traceback where the exception was raised.
     where

@@ -72,14 +72,18 @@ class PoolPlan:
         Rows in the call.
     probe_rows
         Rows solved in the caller to time a new oracle (part of the answer, not extra work).
-    chunks, chunksize
-        Chunks sent to workers and their (largest) size; ``0`` when in-process.
+    chunks
+        Chunks sent to workers; ``0`` when in-process.
+    chunksize
+        Rows of the largest chunk; ``0`` when in-process.
     workers
         Workers available to the call.
     est_row_s
         Per-row solve time used for the decision (``None`` when not timed).
-    est_serial_s, est_parallel_s
-        Predicted in-process and parallel times for the rows that were planned.
+    est_serial_s
+        Predicted in-process time for the rows that were planned.
+    est_parallel_s
+        Predicted parallel time for the rows that were planned.
     reason
         Human-readable reason for the decision.
     wall_s

@@ -56,8 +56,14 @@ class TrainRun:
         How the training steps ran: ``off`` (eager), ``graph``, ``model`` or ``model+graph`` (see
         [`TrainConfig`][imle_solvers.training.TrainConfig]'s ``compile``), or why a CUDA graph fell back to
         eager steps.
-    problem, device, model, oracle
-        Where it ran (filled in by [`run`][imle_solvers.training.run]).
+    problem
+        The problem trained on (filled in by [`run`][imle_solvers.training.run], as the next three).
+    device
+        The device it ran on.
+    model
+        The model's name.
+    oracle
+        The oracle that solved the problem.
     """
 
     method: str

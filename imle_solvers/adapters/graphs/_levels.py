@@ -37,11 +37,15 @@ class LevelPlan:
     ----------
     n_nodes
         Nodes are ``0 … n_nodes − 1``.
-    tails, heads
-        The arcs ``tails[k] → heads[k]`` (``[a]``), in the order of the cost vector. Arcs on no
-        ``source → target`` walk are ignored (never on a returned path); self-loops are not allowed.
-    source, target
-        The ends of every path.
+    tails
+        ``[a]`` first node of every arc ``tails[k] → heads[k]``, in the order of the cost vector. Arcs on
+        no ``source → target`` walk are ignored (never on a returned path); self-loops are not allowed.
+    heads
+        ``[a]`` last node of every arc.
+    source
+        First node of every path.
+    target
+        Last node of every path.
 
     Raises
     ------

@@ -35,7 +35,9 @@ class SweepGraph:
         The sweep chunk to record; ``first`` is a device counter it advances once per sweep.
     shape
         ``(H + 2, W + 2, N)``, the padded distance grid.
-    dtype, device
+    dtype
+        Of the distances (and the costs).
+    device
         Of the distances (and the costs).
     count
         Sweeps per replay.

@@ -43,8 +43,10 @@ class DAGShortestPath(TorchOracle):
     edges
         The arcs ``(u, v)``; their order is the order of the weight vector and of the state. Parallel
         arcs are allowed (the cheaper one is taken).
-    source, target
-        End nodes of the path (``source != target``).
+    source
+        First node of every path.
+    target
+        Last node of every path (``source != target``).
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical path for [`SumOfGamma`][imle_solvers.SumOfGamma]. Default: the mean of the
         fewest and the most arcs on any ``source → target`` path (exact when all paths have the same

@@ -24,8 +24,10 @@ class GridShortestPath(_GraphOracle):
 
     Parameters
     ----------
-    height, width
-        Grid size ``H × W`` (``≥ 1``).
+    height
+        Rows ``H`` of the grid (``≥ 1``).
+    width
+        Columns ``W`` of the grid (``≥ 1``).
     neighbourhood
         ``8`` (king moves, as in Warcraft) or ``4`` (rook moves).
 

@@ -128,8 +128,10 @@ class TorchMatching(TorchOracle):
 
     Parameters
     ----------
-    n_rows, n_cols
-        The two sides of the bipartite graph (``≥ 1``; every pair is an edge).
+    n_rows
+        Nodes on one side of the bipartite graph (``≥ 1``).
+    n_cols
+        Nodes on the other side (``≥ 1``); every (row, column) pair is an edge.
 
     Notes
     -----

@@ -31,9 +31,11 @@ class ShortestPath(_GraphOracle):
     graph
         A ``networkx.Graph`` or ``networkx.DiGraph`` (not a multigraph). Only its structure is used;
         weights come with each call.
-    source, target
-        Nodes of ``graph``. ``source == target`` gives the empty path (the one-node path for node
-        weights).
+    source
+        The node where every path starts.
+    target
+        The node where every path ends; ``source == target`` gives the empty path (the one-node path
+        for node weights).
     weights_on
         ``"edges"``: one cost per edge, ordered as `edges` (``list(graph.edges)``); the state
         is the edge indicator of the path. ``"nodes"``: one cost per node, ordered as `nodes`

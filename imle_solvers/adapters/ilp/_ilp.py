@@ -34,10 +34,15 @@ class ILP(MapOracle):
     ----------
     c_size
         ``m``, the number of variables (= length of a weight vector and of a state).
-    A_ub, b_ub
-        Inequalities ``A_ub z ≤ b_ub``: ``(k, m)`` numpy array or scipy.sparse matrix, ``(k,)`` vector.
-    A_eq, b_eq
-        Equalities ``A_eq z = b_eq``, same shapes.
+    A_ub
+        Left-hand side of the inequalities ``A_ub z ≤ b_ub``: a ``(k, m)`` numpy array or scipy.sparse
+        matrix.
+    b_ub
+        Right-hand side of the inequalities, a ``(k,)`` vector.
+    A_eq
+        Left-hand side of the equalities ``A_eq z = b_eq``: a ``(k', m)`` array or sparse matrix.
+    b_eq
+        Right-hand side of the equalities, a ``(k',)`` vector.
     bounds
         ``(lower, upper)`` with scalars, ``None`` (no bound) or ``(m,)`` arrays; or, for ``m ≠ 2``,
         ``m`` pairs ``[(lower_j, upper_j), …]`` as in ``scipy.optimize.linprog``. Default ``(0, 1)``.
@@ -190,9 +195,15 @@ class ILP(MapOracle):
             are auxiliary.
         sense
             Default: the problem's sense.
-        backend, time_limit, strict, options
-            As for [`ILP`][imle_solvers.ILP]; any back end works (CP-SAT needs integer variables with finite
-            bounds).
+        backend
+            ``"cbc"`` (default), ``"highs"`` or ``"cpsat"`` (integer variables with finite bounds only), as
+            for [`ILP`][imle_solvers.ILP].
+        time_limit
+            Seconds per solve, or ``None``.
+        strict
+            ``True`` raises where a time limit leaves an unproven state, as for [`ILP`][imle_solvers.ILP].
+        **options
+            Passed to the back end's oracle, as for [`ILP`][imle_solvers.ILP].
         """
         pulp: Any = require("pulp", "pulp")
         form = LinearForm.from_pulp(problem, variables)

@@ -108,10 +108,14 @@ class LinearForm:
         Number of weighted columns (the oracle's ``m``); columns ``n_vars …`` are auxiliary.
     A
         ``(rows, cols)`` CSR matrix.
-    row_lb, row_ub
-        ``(rows,)`` row bounds (``±inf`` when absent; equal for an equality).
-    col_lb, col_ub
-        ``(cols,)`` variable bounds (``±inf`` when absent).
+    row_lb
+        ``(rows,)`` lower row bounds (``-inf`` when absent; equal to `row_ub` for an equality).
+    row_ub
+        ``(rows,)`` upper row bounds (``inf`` when absent).
+    col_lb
+        ``(cols,)`` lower variable bounds (``-inf`` when absent).
+    col_ub
+        ``(cols,)`` upper variable bounds (``inf`` when absent).
     integer
         ``(cols,)`` integrality mask.
     names

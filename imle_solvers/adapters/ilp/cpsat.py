@@ -42,8 +42,14 @@ class CpsatEngine:
         Model indices of the weighted variables, in weight order.
     resolution
         ``R``, already capped by the caller.
-    time_limit, workers, hint, parameters
-        As for [`CPSATOracle`][imle_solvers.CPSATOracle].
+    time_limit
+        Seconds per solve (``None``: no limit).
+    workers
+        CP-SAT search workers per solve.
+    hint
+        Hint the previous solution to CP-SAT.
+    parameters
+        ``SatParameters`` fields over `DEFAULT_PARAMETERS`, as for [`CPSATOracle`][imle_solvers.CPSATOracle].
     """
 
     integral = True  # CP-SAT computes in exact integers

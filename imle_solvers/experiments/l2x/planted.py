@@ -43,8 +43,10 @@ class CorpusSpec:
         ``(min, max)`` aspect tokens per review (inclusive, uniform).
     confounders
         ``(min, max)`` confounder tokens per review.
-    n_levels, synonyms
-        Sentiment levels and token ids per level (for the aspect and for the confounders).
+    n_levels
+        Sentiment levels (for the aspect and for the confounders).
+    synonyms
+        Token ids per level.
     n_neutral
         Neutral token ids.
     agree

@@ -30,8 +30,14 @@ class ToyRow:
         The SGD learning rate of that step size (``η λ`` for I-MLE, else η).
     steps
         SGD steps of the run.
-    mean, std, min, max
-        Of the final exact ``L`` over the runs (``mean`` is ``inf`` when a run diverged).
+    mean
+        Mean of the final exact ``L`` over the runs (``inf`` when a run diverged).
+    std
+        Standard deviation of the final exact ``L`` over the runs.
+    min
+        Smallest final exact ``L`` of a run.
+    max
+        Largest final exact ``L`` of a run.
     gap
         ``mean − L*``.
     edge

@@ -37,8 +37,10 @@ class ImageData:
 
     Attributes
     ----------
-    train, test
-        ``[N, H·W]`` float32 tensors.
+    train
+        ``[N, H·W]`` float32 training images.
+    test
+        ``[N, H·W]`` float32 test images.
     shape
         ``(H, W)`` of one image (for plotting).
     name
