@@ -1,9 +1,9 @@
 """The I-MLE layer and its functional form (paper, Algorithm 1 and eq. 7).
 
-[`IMLE`][imle_solvers.IMLE] is a [`PerturbAndMAPLayer`][imle_solvers.perturb_and_map.PerturbAndMAPLayer]
-whose backward gradient rule is a [`TargetDistribution`][imle_solvers.TargetDistribution]: the forward
-pass draws ``ε ~ ρ(ε)`` and returns ``z = MAP(θ + ε)``; the backward pass returns
-``Σ_S [z − MAP(θ' + ε)] / λ``, with θ' from the target and the same ε.
+[`IMLE`][imle_solvers.IMLE] is a [`PerturbAndMAPLayer`][imle_solvers.perturb_and_map.PerturbAndMAPLayer] whose
+backward gradient rule is a [`TargetDistribution`][imle_solvers.TargetDistribution]: the forward pass draws
+``ε ~ ρ(ε)`` and returns ``z = MAP(θ + ε)``; the backward pass returns ``Σ_S [z − MAP(θ' + ε)] / λ``, with θ'
+from the target and the same ε.
 
 [`imle`][imle_solvers.imle] is the functional form. ``imle_solvers.imle`` names one object: this
 module, which is callable as that function (``imle_solvers.imle(weights, oracle)``), so that the

@@ -249,10 +249,10 @@ class SPOPlusLoss(nn.Module):
     ```
 
     In θ-space (``θ = ±weights``, maximise ``⟨θ, z⟩``) the same loss reads
-    ``ℓ = max_z ⟨2θ̂ − θ, z⟩ − 2⟨θ̂, MAP(θ)⟩ + ⟨θ, MAP(θ)⟩`` with ``∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − MAP(θ))``;
-    for a ``"max"`` oracle (values ``v̂``, ``v``; regret ``⟨v, z*⟩ − ⟨v, ẑ⟩``) this gives
-    ``ℓ = max_z ⟨2v̂ − v, z⟩ − 2⟨v̂, z*(v)⟩ + ⟨v, z*(v)⟩`` and ``∂ℓ/∂v̂ = 2(z*(2v̂ − v) − z*(v))``.
-    ℓ is convex in the prediction, ≥ 0, and an upper bound on the regret.
+    ``ℓ = max_z ⟨2θ̂ − θ, z⟩ − 2⟨θ̂, MAP(θ)⟩ + ⟨θ, MAP(θ)⟩`` with ``∂ℓ/∂θ̂ = 2(MAP(2θ̂ − θ) − MAP(θ))``; for a
+    ``"max"`` oracle (values ``v̂``, ``v``; regret ``⟨v, z*⟩ − ⟨v, ẑ⟩``) this gives
+    ``ℓ = max_z ⟨2v̂ − v, z⟩ − 2⟨v̂, z*(v)⟩ + ⟨v, z*(v)⟩`` and ``∂ℓ/∂v̂ = 2(z*(2v̂ − v) − z*(v))``. ℓ is
+    convex in the prediction, ≥ 0, and an upper bound on the regret.
 
     Parameters
     ----------

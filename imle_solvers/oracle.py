@@ -9,9 +9,9 @@ Two contracts:
 * [`TorchOracle`][imle_solvers.TorchOracle] — a device-native, batched solver (e.g.
   [`TopK`][imle_solvers.TopK]) that never leaves the weights' device.
 
-Sign convention: ``oracle.sense == "max"`` means the weights handed to it are scores θ;
-``"min"`` means they are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's
-own sense; all I-MLE arithmetic is done in θ-space by `map_solve`.
+Sign convention: ``oracle.sense == "max"`` means the weights handed to it are scores θ; ``"min"`` means they
+are costs ``c = −θ`` (Example 3 of the paper). Layers take weights in the oracle's own sense; all I-MLE
+arithmetic is done in θ-space by `map_solve`.
 """
 
 from __future__ import annotations
@@ -59,11 +59,10 @@ class MapOracle(abc.ABC):
         ``⟨z, 1⟩`` of a typical state (``k`` for a k-subset, the mean path length, …) or ``None`` when
         unknown. [`SumOfGamma`][imle_solvers.SumOfGamma] with ``k=None`` uses it (Theorem 1).
     in_process_safe
-        ``True`` declares that `solve` cannot crash or hang the calling process (pure Python/numpy/torch
-        code, no native solver), so a ``backend="process"``
-        [`SolverPool`][imle_solvers.pool.SolverPool] may solve small batches in the caller when that is
-        faster. ``False`` (the default) keeps every row of such a pool in its worker processes
-        (unless the pool was created with ``fallback=True``).
+        ``True`` declares that `solve` cannot crash or hang the calling process (pure Python/numpy/torch code,
+        no native solver), so a ``backend="process"`` [`SolverPool`][imle_solvers.pool.SolverPool] may solve
+        small batches in the caller when that is faster. ``False`` (the default) keeps every row of such a
+        pool in its worker processes (unless the pool was created with ``fallback=True``).
 
     Notes
     -----
@@ -142,8 +141,8 @@ class MapOracle(abc.ABC):
         Raises
         ------
         InvalidWeightsError
-            For a non-floating dtype, a last dimension other than `n_vars`, or NaN/inf entries
-            (the message names the offending rows).
+            For a non-floating dtype, a last dimension other than `n_vars`, or NaN/inf entries (the message
+            names the offending rows).
         """
         arr = np.asarray(weights)
         if arr.dtype.kind != "f":
@@ -168,9 +167,9 @@ class MapOracle(abc.ABC):
 class TorchOracle(MapOracle):
     """A device-native MAP oracle: batched, on the weights' device, with no host synchronisation.
 
-    Implement `solve_torch`; `solve` and `solve_batch` (numpy) are derived from it,
-    so a ``TorchOracle`` also works anywhere a [`MapOracle`][imle_solvers.MapOracle] is expected.
-    It is ``in_process_safe``: pools solve it in the caller.
+    Implement `solve_torch`; `solve` and `solve_batch` (numpy) are derived from it, so a ``TorchOracle`` also
+    works anywhere a [`MapOracle`][imle_solvers.MapOracle] is expected. It is ``in_process_safe``: pools solve
+    it in the caller.
 
     References
     ----------
@@ -307,8 +306,8 @@ def check_weights(weights: torch.Tensor, oracle: MapOracle, *, check_finite: boo
     oracle
         The oracle that will solve it (for ``n_vars``).
     check_finite
-        Also check for NaN/inf. On an accelerator this needs one host synchronisation, so layers
-        skip it for [`TorchOracle`][imle_solvers.TorchOracle] on non-CPU devices unless asked.
+        Also check for NaN/inf. On an accelerator this needs one host synchronisation, so layers skip it for
+        [`TorchOracle`][imle_solvers.TorchOracle] on non-CPU devices unless asked.
 
     Raises
     ------

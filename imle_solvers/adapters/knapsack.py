@@ -61,10 +61,10 @@ class TorchKnapsack(TorchOracle):
         ``(n_dims,)`` non-negative integer capacities (a scalar for one row).
     method
         ``"dp"``: dynamic programme over the capacity lattice, ``O(n · ∏ (C_d + 1))`` per row.
-        ``"enumerate"``: the feasible item sets are listed once, here (the item weights are fixed), and
-        each row scores all of them, ``O(#sets)`` per row. ``"auto"`` (default) takes
-        the cheaper; PyEPO's 2-D knapsack (weights 3.00-7.99 ×100, capacities 2000) has a few thousand
-        feasible sets against a 4-million-state lattice.
+        ``"enumerate"``: the feasible item sets are listed once, here (the item weights are fixed), and each
+        row scores all of them, ``O(#sets)`` per row. ``"auto"`` (default) takes the cheaper; PyEPO's 2-D
+        knapsack (weights 3.00-7.99 ×100, capacities 2000) has a few thousand feasible sets against a
+        4-million-state lattice.
 
     Notes
     -----

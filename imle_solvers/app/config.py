@@ -11,8 +11,8 @@ it (converted) or raises ``ValueError("must be …, got …")``; a parser report
 
 Annotations understood: ``int``, ``float``, ``str``, ``bool``, ``tuple[X, ...]`` of those (``nargs="+"``;
 without repeats, and non-empty unless the field may be ``None``, where ``()`` says "none" explicitly) and
-``X | None``. A ``bool`` field is a flag: ``--name`` when its default is
-``False``, or the ``flags`` given (``--quiet``, ``--no-cache``) that turn it off when its default is ``True``.
+``X | None``. A ``bool`` field is a flag: ``--name`` when its default is ``False``, or the ``flags`` given
+(``--quiet``, ``--no-cache``) that turn it off when its default is ``True``.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Parts:
 * ``layer`` — one I-MLE step (forward + backward = two pool calls of ``B·S`` rows) against the same
   two batches solved bare (``oracle.solve_batch``) and through the pool alone.
 
-Goals: process ≥ 1.8× serial on 2 cores for ``ilp``; ≥ 0.95× serial for ``grid`` (the
-pool falls back to in-process solving when parallelism does not pay); layer + pool overhead ≤ 10 %.
+Goals: process ≥ 1.8× serial on 2 cores for ``ilp``; ≥ 0.95× serial for ``grid`` (the pool falls back to
+in-process solving when parallelism does not pay); layer + pool overhead ≤ 10 %.
 """
 
 from __future__ import annotations

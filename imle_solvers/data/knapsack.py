@@ -33,15 +33,14 @@ def knapsack(
     * ``B ∈ {0, 1}^{m×p}``, ``B_ij ~ Bernoulli(0.5)``; ``x ~ N(0, I_p)``;
     * values ``v_j = ⌈5 · [((B x)_j / √p + 3)^deg + 1] / 3.5^deg · ε_j⌉``, ``ε_j ~ U[1 − ē, 1 + ē]``.
 
-    The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m`` (``sense="max"``, so
-    the regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). By default the oracle is
+    The decision maximises ``⟨v, z⟩`` subject to ``W z ≤ capacity``, ``z ∈ {0, 1}^m`` (``sense="max"``, so the
+    regret is ``⟨v, z*⟩ − ⟨v, ẑ⟩``). By default the oracle is
     [`TorchKnapsack`][imle_solvers.adapters.TorchKnapsack] on ``100·W`` and ``⌊100 · capacity⌋`` (the same
     feasible sets: W is given to 0.01), exact and on the values' device; ``backend`` may instead name an
-    [`ILP`][imle_solvers.ILP] back end. The draws
-    (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
-    ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``. The oracle's
-    ``expected_nonzeros`` (κ of [`SumOfGamma`][imle_solvers.SumOfGamma]) is set to the mean number of items
-    of the optimal solutions.
+    [`ILP`][imle_solvers.ILP] back end. The draws (W, B, x, ε from ``numpy.random.RandomState(seed)``) follow
+    the order of PyEPO's ``pyepo.data.knapsack.genData``; W and B are recorded in ``dataset.info``. The
+    oracle's ``expected_nonzeros`` (κ of [`SumOfGamma`][imle_solvers.SumOfGamma]) is set to the mean number of
+    items of the optimal solutions.
 
     Parameters
     ----------

@@ -56,8 +56,7 @@ def shortest_path(
     -------
     PTODataset
         Float32 features ``(n, p)``, costs ``(n, d)``, optimal paths and objectives; its ``oracle`` is
-        `DAGShortestPath.grid(rows, cols)`
-        (arc order of the costs).
+        `DAGShortestPath.grid(rows, cols)` (arc order of the costs).
 
     References
     ----------

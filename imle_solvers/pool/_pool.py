@@ -1,9 +1,9 @@
 """`SolverPool`: its options, its lifecycle and one solving call.
 
-A call's rows take one path: validated here, routed by the cost model (`_plan.py`, pure), timed by a
-probe in the caller when the oracle is new, then solved by the caller's runner or the backend's
-runner (`_serial.py`, `_thread.py`, `_process.py`, `_dask.py`, one ``Runner`` interface in
-`_runner.py`, picked by name in `_backends.py`) straight into the one output array.
+A call's rows take one path: validated here, routed by the cost model (`_plan.py`, pure), timed by a probe in
+the caller when the oracle is new, then solved by the caller's runner or the backend's runner (`_serial.py`,
+`_thread.py`, `_process.py`, `_dask.py`, one ``Runner`` interface in `_runner.py`, picked by name in
+`_backends.py`) straight into the one output array.
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ class SolverPool:
     """Solve ``(N, m)`` batches of MAP problems on workers, rows in order.
 
     Used as ``pool=`` of [`IMLE`][imle_solvers.IMLE] and the other layers: the forward's ``N·S`` rows
-    (``MAP(θ + ε)``, Algorithm 1 of the paper) go out in one call, the backward's (``MAP(θ' + ε)``)
-    in another.
+    (``MAP(θ + ε)``, Algorithm 1 of the paper) go out in one call, the backward's (``MAP(θ' + ε)``) in
+    another.
 
     Parameters
     ----------
@@ -105,12 +105,12 @@ class SolverPool:
     min_parallel_seconds
         Batches whose predicted serial solve time is below this are solved in the caller.
     fallback
-        Whether the pool may solve a batch in the caller when its cost model predicts no gain from
-        the workers. ``None`` (default): on the thread backend yes; on the process and Dask backends
-        only for oracles that declare ``in_process_safe = True`` (the library's torch oracles, for
-        instance), so that a user oracle that crashes (segfault, ``os._exit``) or hangs never takes
-        the caller down with it. ``True``: yes for every oracle (fastest, no isolation for small
-        batches). ``False``: every row goes to the workers.
+        Whether the pool may solve a batch in the caller when its cost model predicts no gain from the
+        workers. ``None`` (default): on the thread backend yes; on the process and Dask backends only for
+        oracles that declare ``in_process_safe = True`` (the library's torch oracles, for instance), so that a
+        user oracle that crashes (segfault, ``os._exit``) or hangs never takes the caller down with it.
+        ``True``: yes for every oracle (fastest, no isolation for small batches). ``False``: every row goes to
+        the workers.
     min_speedup
         Predicted speedup the parallel path must reach to be chosen.
     retries

@@ -1,10 +1,9 @@
 """A chunk of grid sweeps recorded once as a CUDA graph and replayed: one launch instead of ~70.
 
-[`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] converges by chunks of Jacobi sweeps of
-about nine small kernels each; at Warcraft sizes the host spends more time launching them than the GPU
-spends running them. A `SweepGraph` records one
-chunk on static buffers for one problem shape and replays it; the sweep index lives on the device, so the
-same recording serves every chunk.
+[`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] converges by chunks of Jacobi sweeps of about
+nine small kernels each; at Warcraft sizes the host spends more time launching them than the GPU spends
+running them. A `SweepGraph` records one chunk on static buffers for one problem shape and replays it; the
+sweep index lives on the device, so the same recording serves every chunk.
 """
 
 from __future__ import annotations

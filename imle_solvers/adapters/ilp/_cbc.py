@@ -1,12 +1,11 @@
 """The CBC engine: a `LinearForm` solved by one CBC child process per call, fed the model as an MPS file.
 
-The back end of [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) for
-``solver="cbc"``. ``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python, writes it as MPS,
-starts a ``cbc`` process and parses its solution file; `CbcEngine` keeps the MPS text of every
-column and per call only inserts the objective coefficients. What remains is CBC's own cost (process
-start, reading the file, solving), which PuLP offers no way to avoid: CBC has no in-process API in
-PuLP, and a long-lived interactive CBC process gives wrong answers after the objective changes (it
-keeps the old incumbent).
+The back end of [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) for ``solver="cbc"``.
+``problem.solve(PULP_CBC_CMD())`` re-walks the model in Python, writes it as MPS, starts a ``cbc`` process and
+parses its solution file; `CbcEngine` keeps the MPS text of every column and per call only inserts the
+objective coefficients. What remains is CBC's own cost (process start, reading the file, solving), which PuLP
+offers no way to avoid: CBC has no in-process API in PuLP, and a long-lived interactive CBC process gives
+wrong answers after the objective changes (it keeps the old incumbent).
 
 CBC runs as a child process that dies with this one (Linux), killed on Ctrl-C and `stop_solves`; its
 files live in a scratch directory of its own (a RAM disk where there is one), removed when the call

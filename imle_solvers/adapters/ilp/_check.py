@@ -6,10 +6,9 @@ returned state against the *declared* `LinearForm` with a tolerance relative to 
 
 ``max(A_i x − ub_i, lb_i − A_i x) ≤ rtol · (|A_i|·|x| + |b_i|) + ftol · Σ_{j continuous} |A_ij|``,
 
-so ``4e-7·x ≤ 5e-7`` is checked as strictly as ``4·x ≤ 5``; integer columns must be within ``int_tol``
-of an integer (they are then snapped to it, and the rows are checked with the snapped values).
-A failure raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of
-returning a wrong state.
+so ``4e-7·x ≤ 5e-7`` is checked as strictly as ``4·x ≤ 5``; integer columns must be within ``int_tol`` of an
+integer (they are then snapped to it, and the rows are checked with the snapped values). A failure raises
+[`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of returning a wrong state.
 """
 
 from __future__ import annotations
@@ -96,9 +95,9 @@ class FeasibilityCheck:
     def __call__(self, values: Any, owner: str, *, integral: bool = False) -> np.ndarray:
         """Check ``values`` (``(n_cols,)``) and return them as float64, integer columns snapped.
 
-        ``integral=True`` says the values are integers already (CP-SAT): no integrality test.
-        Raises [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] naming the violated
-        constraint row or variable.
+        ``integral=True`` says the values are integers already (CP-SAT): no integrality test. Raises
+        [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] naming the violated constraint row
+        or variable.
         """
         if self._small:
             return self._small_check(values, owner, integral)

@@ -1,9 +1,9 @@
 """The HiGHS engine: a `LinearForm` as a ``highspy`` model built once per thread, objective replaced per call.
 
 The back end of [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) for
-``solver="highs"``. ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve; `HighsEngine`
-builds the ``highspy.Highs`` model once (per thread) and per call only runs ``changeColsCost`` and
-``run``, stopped through HiGHS's interrupt callback on Ctrl-C and `stop_solves`.
+``solver="highs"``. ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve; `HighsEngine` builds the
+``highspy.Highs`` model once (per thread) and per call only runs ``changeColsCost`` and ``run``, stopped
+through HiGHS's interrupt callback on Ctrl-C and `stop_solves`.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ class HighsEngine:
     """A ``highspy`` model built once (per thread) from a `LinearForm` (an `Engine`); per call
     ``changeColsCost`` + ``run``. Threads of a pool each get their own model.
 
-    Rows are scaled by powers of two (exact) so that their largest coefficient is about 1: HiGHS
-    rejects coefficients above 10¹⁵ and checks feasibility with absolute tolerances, set here to
-    10⁻⁹ (its defaults, 10⁻⁶ and 10⁻⁷, accept ``1.0000001 + 1 ≤ 2``).
+    Rows are scaled by powers of two (exact) so that their largest coefficient is about 1: HiGHS rejects
+    coefficients above 10¹⁵ and checks feasibility with absolute tolerances, set here to 10⁻⁹ (its defaults,
+    10⁻⁶ and 10⁻⁷, accept ``1.0000001 + 1 ≤ 2``).
     """
 
     integral = False  # HiGHS's values carry its tolerances: snapped and checked by the oracle

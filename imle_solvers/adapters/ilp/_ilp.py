@@ -1,8 +1,8 @@
 """`ILP`: declare an integer linear programme, get a MAP oracle on CP-SAT, CBC or HiGHS.
 
 ``ILP`` is the set ``C = {z : A_ub z ≤ b_ub, A_eq z = b_eq, lb ≤ z ≤ ub, z_j ∈ ℤ for integer j}`` of the
-paper's constrained exponential family (eq. 1); its MAP oracle (eq. 3) solves
-``min_{z ∈ C} ⟨c, z⟩`` (``sense="min"``, weights are costs) or ``max_{z ∈ C} ⟨θ, z⟩`` (``sense="max"``).
+paper's constrained exponential family (eq. 1); its MAP oracle (eq. 3) solves ``min_{z ∈ C} ⟨c, z⟩``
+(``sense="min"``, weights are costs) or ``max_{z ∈ C} ⟨θ, z⟩`` (``sense="max"``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ _BACKENDS = ("cpsat", "cbc", "highs")
 class ILP(MapOracle):
     """An integer linear programme as a MAP oracle (paper, eq. 1 and 3; Example 3 for ``sense="min"``).
 
-    The constraints are fixed at construction; each call replaces only the objective, on a model
-    built once by the chosen back end.
+    The constraints are fixed at construction; each call replaces only the objective, on a model built once by
+    the chosen back end.
 
     Parameters
     ----------

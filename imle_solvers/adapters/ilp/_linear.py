@@ -1,13 +1,13 @@
 """A solver-neutral linear model ``{x : row_lb ≤ A x ≤ row_ub, col_lb ≤ x ≤ col_ub, x_j ∈ ℤ for j ∈ I}``.
 
-[`ILP`][imle_solvers.ILP] validates a declaration into a `LinearForm`; the CP-SAT, CBC and
-HiGHS back ends are all built from it, so the three see exactly the same model. It also reads the
-constraints of a PuLP problem (`LinearForm.from_pulp`) and estimates ``⟨z, 1⟩`` where the
-constraints fix it (`LinearForm.expected_nonzeros`).
+[`ILP`][imle_solvers.ILP] validates a declaration into a `LinearForm`; the CP-SAT, CBC and HiGHS back ends are
+all built from it, so the three see exactly the same model. It also reads the constraints of a PuLP problem
+(`LinearForm.from_pulp`) and estimates ``⟨z, 1⟩`` where the constraints fix it
+(`LinearForm.expected_nonzeros`).
 
-The objective is *not* part of the form: MAP oracles replace it on every call (paper, eq. 3).
-Columns ``0 … n_vars − 1`` carry the weights; any further columns are auxiliary variables of a
-PuLP model (objective coefficient 0, not returned).
+The objective is *not* part of the form: MAP oracles replace it on every call (paper, eq. 3). Columns
+``0 … n_vars − 1`` carry the weights; any further columns are auxiliary variables of a PuLP model (objective
+coefficient 0, not returned).
 """
 
 from __future__ import annotations

@@ -209,9 +209,8 @@ class CpsatEngine:
 class CPSATOracle(EngineOracle):
     """MAP oracle over an OR-Tools CP-SAT model (paper, eq. 3: ``MAP(θ) = argmax_{z ∈ C} ⟨z, θ⟩``).
 
-    The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each `solve`
-    only rewrites the objective coefficients in the model's proto. Any objective the model already
-    has is discarded.
+    The constraints (the set ``C``) come from a ``cp_model.CpModel`` built once; each `solve` only rewrites
+    the objective coefficients in the model's proto. Any objective the model already has is discarded.
 
     Parameters
     ----------
@@ -234,15 +233,15 @@ class CPSATOracle(EngineOracle):
         with an [`UnprovenSolutionWarning`][imle_solvers.errors.UnprovenSolutionWarning], ``True`` raises
         [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     hint
-        Hint the previous solution to CP-SAT (default ``False``). With one worker CP-SAT is
-        deterministic, so without a hint equal weights give the same state whatever was solved
-        before; a hint makes ties depend on the previous call.
+        Hint the previous solution to CP-SAT (default ``False``). With one worker CP-SAT is deterministic, so
+        without a hint equal weights give the same state whatever was solved before; a hint makes ties depend
+        on the previous call.
     expected_nonzeros
         ``⟨z, 1⟩`` of a typical state if known (used by ``SumOfGamma(k=None)``).
     parameters
-        ``SatParameters`` fields, e.g. ``{"random_seed": 1}``. They update `DEFAULT_PARAMETERS`,
-        which switch off symmetry detection and probing: a MAP oracle solves many small instances,
-        where these fixed per-solve costs dominate (about 35 % of a 5×5-grid path solve); pass
+        ``SatParameters`` fields, e.g. ``{"random_seed": 1}``. They update `DEFAULT_PARAMETERS`, which switch
+        off symmetry detection and probing: a MAP oracle solves many small instances, where these fixed
+        per-solve costs dominate (about 35 % of a 5×5-grid path solve); pass
         ``{"symmetry_level": 2, "cp_model_probing_level": 2}`` to get CP-SAT's own defaults back.
 
     Notes

@@ -7,9 +7,9 @@ What PuLP costs per call, and what this adapter keeps instead (5×5-grid shortes
   ``cbc`` process and parses its solution file. [`PulpOracle`][imle_solvers.PulpOracle] reads the
   constraints **once**, keeps the MPS text of every column and per call only inserts the objective
   coefficients (the CBC engine, ``_cbc.py``).
-* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle]
-  builds the ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run``
-  (the HiGHS engine, ``_highs.py``).
+* ``pulp.HiGHS`` rebuilds a ``highspy`` model on every solve. [`PulpOracle`][imle_solvers.PulpOracle] builds
+  the ``highspy.Highs`` model once and per call only runs ``changeColsCost`` and ``run`` (the HiGHS engine,
+  ``_highs.py``).
 * Any other PuLP solver object is used through PuLP itself (``setObjective`` + ``solve``, `PulpEngine`
   below).
 """

@@ -1,12 +1,11 @@
 """Learning to explain (paper, sec. 6 "Learning to Explain", after Chen et al. 2018), on planted data.
 
-An *explainer* reads a review and scores its positions, ``θ ∈ R^L``; a k-subset layer turns the
-scores into a k-hot mask ``z``; a *predictor* sees only the selected tokens (the mean of their
-embeddings) and regresses the rating; the loss is the MSE. Nothing tells the explainer which
-tokens matter: it learns it through the gradient of the predictor's loss with respect to ``z``.
-The corpus is generated with planted explanations (``planted.py``), so the
-*subset precision* of the learned selection, which the paper measures against human annotations
-on BeerAdvocate, is measured exactly.
+An *explainer* reads a review and scores its positions, ``θ ∈ R^L``; a k-subset layer turns the scores into a
+k-hot mask ``z``; a *predictor* sees only the selected tokens (the mean of their embeddings) and regresses the
+rating; the loss is the MSE. Nothing tells the explainer which tokens matter: it learns it through the
+gradient of the predictor's loss with respect to ``z``. The corpus is generated with planted explanations
+(``planted.py``), so the *subset precision* of the learned selection, which the paper measures against human
+annotations on BeerAdvocate, is measured exactly.
 
 Networks (the L2X architecture of the paper's appendix, narrower for a CPU): the explainer embeds
 the tokens, applies a convolution, takes a global max-pooled feature and two more local

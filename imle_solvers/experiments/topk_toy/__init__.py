@@ -7,8 +7,8 @@ so that estimators can be compared on the true objective:
 
 * I-MLE (PID target, eq. 8) with Sum-of-Gamma noise (eq. 9) and with Gumbel noise,
 * the straight-through estimator (STE) with Gumbel (and Sum-of-Gamma) noise,
-* the score-function estimator (SFE) with exact samples and exact marginals,
-  ``∇ ≈ ‖z − b‖² (z − μ(θ))``, ``z ~ p(z; θ)`` (implemented here; it is not a library estimator).
+* the score-function estimator (SFE) with exact samples and exact marginals, ``∇ ≈ ‖z − b‖² (z − μ(θ))``,
+  ``z ~ p(z; θ)`` (implemented here; it is not a library estimator).
 
 Each run is 50 steps of SGD with momentum 0.9 from the same ``θ₀``; the runs differ only in the
 estimators' randomness. All runs *and* all learning rates of a grid point go through the layer as

@@ -2,8 +2,8 @@
 
 * I-MLE (PID target, eq. 8) with Sum-of-Gamma noise (eq. 9) and with Gumbel noise,
 * the straight-through estimator (STE) with Gumbel (and Sum-of-Gamma) noise,
-* the score-function estimator (SFE) with exact samples and exact marginals,
-  ``∇ ≈ ‖z − b‖² (z − μ(θ))``, ``z ~ p(z; θ)`` (implemented here; it is not a library estimator).
+* the score-function estimator (SFE) with exact samples and exact marginals, ``∇ ≈ ‖z − b‖² (z − μ(θ))``,
+  ``z ~ p(z; θ)`` (implemented here; it is not a library estimator).
 """
 
 from __future__ import annotations

@@ -114,11 +114,10 @@ def compare_grid(result: ToyResult, first: str = "imle-sog", second: str = "imle
 def plot(result: ToyResult, path: str | Path) -> Path:
     """Save the figure of the experiment to ``path`` (PNG, or any format matplotlib infers).
 
-    Panels: (a) the optimisation curves, mean ± std over the runs of ``L(θ) − L*`` at each method's
-    best setting; (b) the same zoomed on the perturb-and-MAP methods; (c) SFE over ``long_steps``
-    steps next to the 50-step methods; (d) the paper's heat-map: mean final ``L`` of I-MLE with
-    SoG minus I-MLE with Gumbel over the (λ, η) grid. Needs matplotlib
-    (``pip install 'imle-solvers[plot]'``).
+    Panels: (a) the optimisation curves, mean ± std over the runs of ``L(θ) − L*`` at each method's best
+    setting; (b) the same zoomed on the perturb-and-MAP methods; (c) SFE over ``long_steps`` steps next to the
+    50-step methods; (d) the paper's heat-map: mean final ``L`` of I-MLE with SoG minus I-MLE with Gumbel over
+    the (λ, η) grid. Needs matplotlib (``pip install 'imle-solvers[plot]'``).
     """
     require("matplotlib", "plot")
     from matplotlib.figure import Figure

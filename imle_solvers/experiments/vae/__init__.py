@@ -7,13 +7,12 @@ draws one state per distribution (``S = 1``), ``z = TopK(θ + ε)``, and the dec
 
     binary cross-entropy(x, decoder(z)) + Σ_{20 latents} KL(q ‖ uniform),   q = softmax(θ)
 
-the paper's "KL divergence between the marginals of the variables and the uniform distribution",
-as in the Gumbel-softmax VAE it builds on (exact for the categorical VAE). ``kl="exact"`` uses the
-exact ``KL(p(z; θ) ‖ uniform over k-subsets)`` instead (``ksubset.py``; about
-twice the time per step). Methods compared, all through the public
-API: I-MLE (`IMLE` with `PerturbedTarget(λ)`, λ ∈ {1, 10}) with Sum-of-Gamma noise at τ = 10 and with
-Gumbel(0, 1) noise; the straight-through estimator (`STE`); and, as the categorical reference, the
-Gumbel-softmax trick on a 1-subset (20-way categorical) VAE with the same networks.
+the paper's "KL divergence between the marginals of the variables and the uniform distribution", as in the
+Gumbel-softmax VAE it builds on (exact for the categorical VAE). ``kl="exact"`` uses the exact
+``KL(p(z; θ) ‖ uniform over k-subsets)`` instead (``ksubset.py``; about twice the time per step). Methods
+compared, all through the public API: I-MLE (`IMLE` with `PerturbedTarget(λ)`, λ ∈ {1, 10}) with Sum-of-Gamma
+noise at τ = 10 and with Gumbel(0, 1) noise; the straight-through estimator (`STE`); and, as the categorical
+reference, the Gumbel-softmax trick on a 1-subset (20-way categorical) VAE with the same networks.
 
 Architecture and optimiser follow the appendix: encoder dense 512-256-400 (ReLU), decoder dense
 256-512-pixels (ReLU, logits), Adam with learning rate 1e-3, batch size 100. The test loss after

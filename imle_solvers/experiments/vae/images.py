@@ -1,12 +1,10 @@
 """Image data for the discrete VAE: scikit-learn's bundled digits, or MNIST from disk (IDX or ``.npz``).
 
-The paper's VAE (sec. 6, "Discrete Variational Auto-Encoder") trains on MNIST, a download. The
-default stand-in is scikit-learn's `load_digits` (1,797 grey-level 8×8 digits, shipped inside the
-package, no network). A user with MNIST on disk points
-[`load_images`][imle_solvers.experiments.vae.images.load_images] at it: the standard IDX files
-(``train-images-idx3-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]`` in one directory),
-a single IDX image file, or a Keras-style ``mnist.npz``
-(``x_train``/``x_test``).
+The paper's VAE (sec. 6, "Discrete Variational Auto-Encoder") trains on MNIST, a download. The default
+stand-in is scikit-learn's `load_digits` (1,797 grey-level 8×8 digits, shipped inside the package, no
+network). A user with MNIST on disk points [`load_images`][imle_solvers.experiments.vae.images.load_images] at
+it: the standard IDX files (``train-images-idx3-ubyte[.gz]``, ``t10k-images-idx3-ubyte[.gz]`` in one
+directory), a single IDX image file, or a Keras-style ``mnist.npz`` (``x_train``/``x_test``).
 
 Pixels are scaled to [0, 1] and used both as the encoder input and as Bernoulli targets of the
 binary cross-entropy (as the paper's Keras code does with ``x / 255``).

@@ -1,11 +1,11 @@
 """Exact quantities of the k-subset distribution ``p(z; θ) ∝ exp⟨z, θ⟩`` on ``{z ∈ {0,1}^n : Σz = k}``.
 
-The partition function is the elementary symmetric polynomial ``Z(θ) = e_k(exp θ_1, …, exp θ_n)``
-(paper, Example 2), computed in log space by the recursion
+The partition function is the elementary symmetric polynomial ``Z(θ) = e_k(exp θ_1, …, exp θ_n)`` (paper,
+Example 2), computed in log space by the recursion
 ``e_j(x_1..x_i) = e_j(x_1..x_{i-1}) + x_i · e_{j-1}(x_1..x_{i-1})`` in ``O(n k)``. Its gradient is the
-marginal vector ``μ(θ) = ∇θ log Z(θ)``, and the KL divergence to the uniform distribution over the
-``C(n, k)`` states is ``⟨μ, θ⟩ − log Z(θ) + log C(n, k)``: the KL term of the discrete VAE's ELBO with a
-uniform prior over k-subsets. For ``k = 1`` it is the categorical ``Σ q log(q n)``, ``q = softmax(θ)``.
+marginal vector ``μ(θ) = ∇θ log Z(θ)``, and the KL divergence to the uniform distribution over the ``C(n, k)``
+states is ``⟨μ, θ⟩ − log Z(θ) + log C(n, k)``: the KL term of the discrete VAE's ELBO with a uniform prior
+over k-subsets. For ``k = 1`` it is the categorical ``Σ q log(q n)``, ``q = softmax(θ)``.
 """
 
 from __future__ import annotations
