@@ -26,3 +26,19 @@ def test_readme_first_run_and_cpu_install() -> None:
     makefile = (ROOT / "Makefile").read_text()
     install = makefile[makefile.index("$(STAMP):") : makefile.index("install: $(STAMP)")]
     assert "--quiet" not in install and "@echo" in install  # says what it installs, shows pip's progress
+
+
+def test_every_repository_path_the_readme_and_the_docs_name_exists() -> None:
+    """Each file, folder or pattern (``examples/tutorial_*.py``) the README or a docs page names exists."""
+    pages = [ROOT / "README.md", *sorted(ROOT.joinpath("docs").glob("*.md"))]
+    top = "imle_solvers|examples|tests|scripts|docs"
+    named = {
+        (page, path)
+        for page in pages
+        for path in re.findall(rf"(?<![\w./-])((?:{top})/[\w./*-]*[\w*/])", page.read_text())
+    }
+    assert len({path for _, path in named}) > 20  # the pages are read at all
+    missing = sorted(
+        f"{page.relative_to(ROOT)}: {path}" for page, path in named if not any(ROOT.glob(path.rstrip("/")))
+    )
+    assert not missing, missing
