@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .._checks import positive_int
+from .._checks import non_negative, one_of, positive_int
 from ..adapters.knapsack import TorchKnapsack
 from ..oracle import MapOracle
 from .dataset import PTODataset, spo_costs
@@ -53,7 +53,7 @@ def knapsack(
     dim
         Number of resource constraints.
     capacity
-        Right-hand side(s), a scalar or ``dim`` values.
+        Right-hand side(s) ``≥ 0``, a scalar or ``dim`` values.
     deg
         Polynomial degree ``deg >= 1`` of the cost model (as for
         [`shortest_path`][imle_solvers.data.shortest_path.shortest_path]).
@@ -73,18 +73,21 @@ def knapsack(
     _check(num_samples, num_features, deg, noise_width)
     positive_int("num_items", num_items)
     positive_int("dim", dim)
+    given = np.ravel(np.asarray(capacity, dtype=object)).tolist()
+    caps = np.asarray([non_negative("capacity", c) for c in given], dtype=float)  # [dim] or [1]
+    if caps.size not in (1, dim):
+        raise ValueError(f"capacity must be a scalar or dim={dim} values, got {caps.size} values")
+    caps = np.broadcast_to(caps, (dim,)).copy()  # b   [dim]
+    one_of("backend", backend, ("torch", "cpsat", "cbc", "highs"))
     rnd = np.random.RandomState(seed)
     weights = rnd.choice(range(300, 800), size=(dim, num_items)) / 100  # W ∈ [3, 8)   [dim, m]
     basis = rnd.binomial(1, 0.5, (num_items, num_features))  # B   [m, p]
     x = rnd.normal(0.0, 1.0, (num_samples, num_features))  # x   [n, p]
     eps = rnd.uniform(1.0 - noise_width, 1.0 + noise_width, (num_samples, num_items))  # ε   [n, m]
     values = np.ceil(5.0 * spo_costs(x, basis, deg, eps))  # v = ⌈5 · c⌉   [n, m]
-    caps = np.broadcast_to(np.asarray(capacity, dtype=float), (dim,)).copy()
     oracle: MapOracle
     if backend == "torch":  # W z ≤ b  ⟺  (100 W) z ≤ ⌊100 b⌋ for W on a 0.01 grid
-        scaled = 100.0 * caps
-        int_caps = np.where(np.abs(scaled - np.round(scaled)) < 1e-6, np.round(scaled), np.floor(scaled))
-        oracle = TorchKnapsack(np.round(100.0 * weights.T).astype(np.int64), np.maximum(int_caps, 0))
+        oracle = TorchKnapsack.from_decimal(weights.T, caps, decimals=2)
     else:
         from ..adapters.ilp import ILP
 

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -201,7 +200,7 @@ def knapsack_problem(spec: ProblemSpec) -> Problem:
     )
     host = data.oracle
     train, test = data.split(spec.n_train)
-    chosen = _choose(host, _torch_knapsack(data) if spec.native else host, spec.native, spec.oracle)
+    chosen = _choose(host, host, spec.native, spec.oracle)  # TorchKnapsack unless the host is asked for
     m, p = data.oracle.n_vars, spec.num_features
     return Problem(train, test, lambda: linear_model(p, m), chosen, chosen, DEFAULTS["knapsack"])
 
@@ -359,23 +358,3 @@ def _torch_grid(size: int) -> TorchOracle | None:
     except (ImportError, AttributeError):
         return None
     return TorchGridShortestPath(size, size, neighbourhood=8)
-
-
-def _torch_knapsack(data: PTODataset) -> MapOracle | None:
-    """The data set's knapsack as ``adapters.TorchKnapsack`` (item weights and capacities are multiples
-    of 0.01, scaled to integers), the data set's own oracle if it is device-native already, or ``None``
-    where ``TorchKnapsack`` is not installed."""
-    if isinstance(data.oracle, TorchOracle):
-        return data.oracle
-    try:
-        from ..adapters import TorchKnapsack
-    except (ImportError, AttributeError):
-        return None
-    w = np.asarray(data.info["item_weights"], dtype=float).T * 100  # [m, dims]
-    caps = np.asarray(data.info["capacity"], dtype=float) * 100  # [dims]
-    if not (np.allclose(w, np.rint(w)) and np.allclose(caps, np.rint(caps))):
-        return None
-    oracle = TorchKnapsack(np.rint(w).astype(np.int64), np.rint(caps).astype(np.int64))
-    if getattr(oracle, "expected_nonzeros", None) is None:
-        oracle.expected_nonzeros = data.oracle.expected_nonzeros  # κ of SumOfGamma, as the data set's
-    return oracle

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -271,3 +272,36 @@ def test_dataset_to_a_device_keeps_the_oracle_and_solutions() -> None:
     tensors = (moved.features, moved.costs, moved.solutions, moved.objectives)
     assert all(t.device.type == "meta" for t in tensors)
     assert d.features.device == torch.device("cpu")
+
+
+def test_knapsack_torch_oracle_has_the_feasible_sets_of_the_decimal_capacities() -> None:
+    from imle_solvers.adapters import TorchKnapsack
+    from imle_solvers.data import knapsack
+
+    d = knapsack(10, num_features=3, num_items=8, dim=2, capacity=(12.345, 10.0), seed=3)
+    assert isinstance(d.oracle, TorchKnapsack)
+    assert d.oracle.capacities.tolist() == [1234, 1000]  # ⌊100 · 12.345⌋; 100 · 10.00 is 1000, not 999
+    w = np.array(d.info["item_weights"])  # [dim, m], hundredths
+    subsets = np.array([[(i >> j) & 1 for j in range(8)] for i in range(256)])
+    decimal = (subsets @ w.T <= np.array([12.345, 10.0]) + 1e-9).all(1)
+    scaled = (subsets @ d.oracle.weights <= d.oracle.capacities).all(1)
+    np.testing.assert_array_equal(decimal, scaled)  # the same feasible sets
+    assert 0 < decimal.sum() < 256
+    v = d.costs.double().numpy()
+    np.testing.assert_allclose(d.objectives.numpy(), (v @ subsets[decimal].T).max(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"capacity": -1.0}, "capacity must be a finite number >= 0, got -1.0"),
+        ({"capacity": (20.0, float("nan"))}, "capacity must be a finite number >= 0, got nan"),
+        ({"capacity": (1.0, 2.0, 3.0)}, "capacity must be a scalar or dim=2 values, got 3 values"),
+        ({"backend": "gurobi"}, "backend must be one of 'torch', 'cpsat', 'cbc', 'highs', got 'gurobi'"),
+    ],
+)
+def test_knapsack_rejects_bad_capacities_and_backends(options: dict, message: str) -> None:
+    from imle_solvers.data import knapsack
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        knapsack(4, **options)
