@@ -215,7 +215,7 @@ class PerturbAndMAP(torch.autograd.Function):
         grad_theta = spec.rule.estimate(theta, eps_target, z, grad_z, solve)  # ∇θ L   [N, m]
         host_read_is_free = grad_theta.device.type == "cpu" or not isinstance(spec.oracle, TorchOracle)
         if host_read_is_free and not _under_vmap():
-            warn_if_mostly_zero(spec.rule, grad_theta, grad_z, spec.warn_state)  # type: ignore[arg-type]
+            warn_if_mostly_zero(spec.rule, theta, eps_target, grad_z, grad_theta, spec.warn_state)  # type: ignore[arg-type]
         grad_theta = torch.where(finite[:, None], grad_theta, torch.full_like(grad_theta, float("nan")))
         grad_weights = ctx.sign * grad_theta  # back to the oracle's sense (∇c = −∇θ)
         return grad_weights.reshape(*ctx.lead, m).to(grad_out.dtype), None

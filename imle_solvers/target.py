@@ -283,7 +283,9 @@ class PerturbedTarget(TargetDistribution):
     The step ``λ ∇z L`` depends on the scale of the loss by definition: averaging the loss over a
     batch of B rows divides it by B, and once it is smaller than the gaps of θ + ε the target MAP
     equals the forward MAP and the gradient is exactly zero. The layer warns (``RuntimeWarning``, once
-    per layer) when more than half of the rows with a nonzero ``∇z L`` get an all-zero gradient;
+    per layer) when more than half of the rows with a nonzero ``∇z L`` get an all-zero gradient from a
+    step whose largest entry is below a tenth of the spread of θ + ε; a row whose larger step leaves its
+    state unchanged has converged and does not count.
     [`RelativeTarget`][imle_solvers.RelativeTarget] has no such failure mode.
 
     Parameters
@@ -343,30 +345,62 @@ class OptimalTarget(TargetDistribution):
         return torch.where(grad_z == 0, theta, -grad_z)  # eq. 10
 
 
-def warn_if_mostly_zero(
-    target: TargetDistribution, grad_theta: torch.Tensor, grad_z: torch.Tensor, state: dict[str, bool]
-) -> None:
-    """Warn once per layer when a fixed-λ target returned all-zero gradients for most rows.
+SMALL_STEP = 0.1
+"""A fixed-λ step is small when its largest entry is below this fraction of the spread of θ + ε: the
+step of the default [`RelativeTarget`][imle_solvers.RelativeTarget], ``0.1 · std(θ + ε)``."""
 
-    Only [`PerturbedTarget`][imle_solvers.PerturbedTarget] can lose every row to the loss scale; rows
-    whose upstream gradient is zero are not counted. Needs one host read, so the layer calls it only
-    where the backward already synchronises (CPU tensors or host oracles).
+
+def warn_if_mostly_zero(
+    target: TargetDistribution,
+    theta: torch.Tensor,
+    eps: torch.Tensor,
+    grad_z: torch.Tensor,
+    grad_theta: torch.Tensor,
+    state: dict[str, bool],
+) -> None:
+    """Warn once per layer when a fixed-λ step was too small to move the state of most rows.
+
+    Only [`PerturbedTarget`][imle_solvers.PerturbedTarget] can lose every row to the loss scale. A row is
+    lost when its gradient is all zero *and* the step ``λ ∇z L`` of each of its samples is small: its
+    largest entry is below `SMALL_STEP` times the spread ``std(θ + ε)`` of that sample. A row whose step
+    is not small and still leaves the state where it is has converged (the step confirms the state), and
+    rows whose upstream gradient is zero are not counted at all. The warning is given when more than half
+    of the rows with a nonzero ``∇z L`` are lost. Needs one host read, so the layer calls it only where
+    the backward already synchronises (CPU tensors or host oracles).
+
+    Parameters
+    ----------
+    target
+        The layer's gradient rule; anything but a `PerturbedTarget` returns at once.
+    theta
+        ``[N, 1, m]`` θ of the backward pass.
+    eps
+        ``[N, S, m]`` the noise of its target MAP.
+    grad_z
+        ``[N, S, m]`` upstream gradient ``∇z L``.
+    grad_theta
+        ``[N, m]`` the gradient the target returned.
+    state
+        The layer's warning state (``"warned"`` once the warning was given).
     """
     if state.get("warned") or not isinstance(target, PerturbedTarget):
         return
-    live = grad_z.reshape(grad_z.shape[0], -1).ne(0).any(dim=1)  # rows with ∇zL ≠ 0   [N]
-    zero = grad_theta.eq(0).all(dim=-1) & live  # rows whose estimate is all zero   [N]
+    step = target.lam * grad_z.abs().amax(dim=-1, keepdim=True)  # ‖λ ∇zL‖_∞ per sample   [N, S, 1]
+    moves = step > 0  # samples with ∇zL ≠ 0   [N, S, 1]
+    small = (step < SMALL_STEP * _spread(theta + eps)) | ~moves  # a step below 0.1·s   [N, S, 1]
+    live = moves.flatten(1).any(dim=1)  # rows with ∇zL ≠ 0   [N]
+    lost = grad_theta.eq(0).all(dim=-1) & live & small.flatten(1).all(dim=1)  # zero from a small step [N]
     n_live = int(live.sum())
     if n_live == 0:
         return
-    fraction = int(zero.sum()) / n_live
+    fraction = int(lost.sum()) / n_live
     if fraction > 0.5:
         state["warned"] = True
         warnings.warn(
             f"PerturbedTarget(lam={target.lam}) returned an all-zero gradient for {fraction:.0%} of the "
-            "rows: the step λ∇zL is smaller than the gaps of θ + ε (a loss averaged over a large batch "
-            "shrinks it). Use the default RelativeTarget(), which does not depend on the loss scale, "
-            "or a larger lam (or sum the loss). This warning is shown once per layer.",
+            "rows, whose step λ∇zL is below a tenth of the spread of θ + ε (a loss averaged over a large "
+            "batch shrinks it). Use the default RelativeTarget(), which does not depend on the loss "
+            "scale, or a larger lam (or sum the loss). This warning is shown once per layer.",
             RuntimeWarning,
             stacklevel=2,
         )

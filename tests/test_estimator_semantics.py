@@ -23,6 +23,7 @@ from imle_solvers import (
     InfeasibleError,
     InvalidWeightsError,
     MapOracle,
+    NoiseDistribution,
     NoNoise,
     OptimalTarget,
     PerturbedOptimizer,
@@ -137,6 +138,54 @@ def test_fixed_lambda_loses_rows_under_mean_and_warns_once() -> None:
         hamming_loss(
             IMLE(ORACLE, Gumbel(), PerturbedTarget(10.0), generator=gen(6))(x), y, reduction="sum"
         ).backward()
+
+
+def _fixed_lambda_backward(
+    theta: torch.Tensor,
+    upstream: Callable[[torch.Tensor], torch.Tensor],
+    noise: NoiseDistribution | None = None,
+) -> int:
+    """Backward of a fixed-λ layer (λ = 1) with the upstream ``upstream(z)``; the number of warnings."""
+    layer = IMLE(TopK(3, 8), noise or NoNoise(), PerturbedTarget(1.0), generator=gen(7))
+    x = theta.clone().requires_grad_(True)
+    z = layer(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        z.backward(upstream(z.detach()))
+    assert x.grad is not None
+    zero_rows = x.grad.eq(0).all(dim=1).float().mean()
+    assert zero_rows == 1 or (noise is not None and zero_rows > 0.6)  # the gradients are (mostly) zero
+    return sum("PerturbedTarget(lam=1.0) returned an all-zero gradient" in str(w.message) for w in caught)
+
+
+def test_fixed_lambda_warning_counts_only_rows_whose_step_is_below_a_tenth_of_the_spread() -> None:
+    theta = torch.arange(8.0).expand(16, 8)  # std 2.29 per row: the threshold 0.1·s is 0.229; gaps of 1
+
+    def away(a: float) -> Callable[[torch.Tensor], torch.Tensor]:
+        return lambda z: (2 * z - 1) * a  # pushes against the state: it moves once 2λa > 1
+
+    assert _fixed_lambda_backward(theta, away(0.2)) == 1  # step 0.2 < 0.229: small, and nothing moved
+    assert _fixed_lambda_backward(theta, away(0.25)) == 0  # step 0.25: not small, merely not enough
+
+
+def test_fixed_lambda_warning_is_silent_where_training_has_converged() -> None:
+    """Rows whose step confirms their state (the loss wants what they have) are converged, not lost."""
+    theta = torch.randn(64, 8, generator=gen(3))
+    assert _fixed_lambda_backward(theta, lambda z: 1 - 2 * z) == 0  # ∇zL of the Hamming loss to z itself
+    # a batch where 6 of 10 rows have a tiny step and 4 converged warns (60 %); 4 tiny and 6 converged not
+    for tiny, warned in ((6, 1), (4, 0)):
+        scale = torch.tensor([1e-6] * tiny + [1.0] * (10 - tiny))[:, None]
+        count = _fixed_lambda_backward(
+            theta[:10], lambda z, s=scale: torch.where(s < 1, 2 * z - 1, 1 - 2 * z) * s
+        )
+        assert count == warned, (tiny, count)
+
+
+def test_fixed_lambda_warning_measures_the_spread_of_theta_plus_the_noise() -> None:
+    """θ = 0 with noise of scale 100: a step of 5 is small next to θ + ε (spread ≈ 128), not next to θ."""
+    theta = torch.zeros(64, 8)
+    count = _fixed_lambda_backward(theta, lambda z: (2 * z - 1) * 5.0, Gumbel(100.0))
+    assert count == 1
 
 
 # --------------------------------------------------------------------------- the S convention

@@ -90,9 +90,9 @@ def test_mean_gradient_matches_marginal_finite_difference() -> None:
     g = torch.tensor([0.8, -0.5, 0.2, -0.1], dtype=torch.float64)
     layer = IMLE(TopK(1, m), Gumbel(1.0), PerturbedTarget(lam), generator=gen(8))
     w = theta.expand(n, m).clone().requires_grad_(True)
-    # most single samples do not move under a step of 0.5·g: the fixed-λ target says so, once
-    with pytest.warns(RuntimeWarning, match=r"PerturbedTarget\(lam=0\.5\) returned an all-zero gradient"):
-        (layer(w) * g).sum().backward()
+    # most single samples do not move under a step of 0.5·g, the local step of a finite difference
+    # (not one lost to the loss scale: a third of the spread of θ + ε): no warning
+    (layer(w) * g).sum().backward()
     assert w.grad is not None
     estimate = w.grad.mean(0)
     mu = torch.softmax(theta, 0)

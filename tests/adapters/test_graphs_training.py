@@ -69,8 +69,6 @@ def train(layer: torch.nn.Module, weights: torch.Tensor, target: torch.Tensor, s
     return losses
 
 
-# training runs past convergence, where a fixed λ has all-zero gradients: the fixed-λ warning is expected
-@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("estimator", ["imle", "blackbox"])
 def test_sgd_reduces_hamming_loss_to_target(name: str, estimator: str) -> None:

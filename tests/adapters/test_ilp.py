@@ -281,8 +281,6 @@ def test_imle_forward_backward_on_a_batch(backend: str) -> None:
     assert theta.grad is not None and theta.grad.shape == (4, 9) and torch.isfinite(theta.grad).all()
 
 
-# training runs past convergence, where a fixed λ has all-zero gradients: the fixed-λ warning is expected
-@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sgd_reduces_hamming_loss_to_a_target(backend: str) -> None:
     """A few SGD steps on θ move MAP(θ) onto a target assignment (paper, sec. 5 learning setup)."""

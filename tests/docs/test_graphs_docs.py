@@ -27,8 +27,6 @@ def expected_lines(code: str) -> list[str]:
     return out
 
 
-# the training snippet runs past convergence (fixed λ): the fixed-λ warning is expected
-@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.parametrize("index", range(len(snippets())))
 def test_snippet_runs_and_prints_its_comments(index: int) -> None:
     code = snippets()[index]

@@ -697,8 +697,6 @@ def test_repr_and_stats() -> None:
     pool.close()  # idempotent
 
 
-# the benchmark times a fixed-λ layer on random upstream gradients: the fixed-λ warning is expected
-@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pool_benchmark_quick_run_produces_rows() -> None:
