@@ -163,7 +163,7 @@ def _imle_regret(
     return Method(name, _summed(layer, options.samples, "regret", oracle), [layer], settings=settings)
 
 
-def imle(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+def imle_large_step(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
     """I-MLE, the large relative step (RelativeTarget.large_step()), SumOfGamma noise, S samples, regret loss.
 
     The large step (close to eq. 10) trains better than the library's local default on the regret
@@ -264,7 +264,7 @@ def two_stage(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Me
 METHODS: Registry[MethodFactory] = Registry(
     "training method",
     {
-        "imle": imle,
+        "imle": imle_large_step,
         "imle-pid": imle_pid,
         "imle-mumu": imle_mumu,
         "imle-mm": imle_mm,

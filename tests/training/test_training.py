@@ -676,3 +676,7 @@ def test_method_options_reach_the_methods(data: tuple) -> None:
     assert MethodOptions() == MethodOptions(samples=10, lam=10.0, bb_lam=20.0, bb_loss="regret", sigma=1.0)
     for name in METHODS:
         assert METHODS.help(name) and "\n" not in METHODS.help(name)
+    # each factory is named after what it builds, and none shadows the library's `imle`
+    from imle_solvers.training import methods
+
+    assert METHODS["imle"] is methods.imle_large_step and not hasattr(methods, "imle")
