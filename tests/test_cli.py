@@ -398,7 +398,10 @@ def test_registry_is_a_documented_mapping() -> None:
 
     registry = Registry("thing", {"alpha": alpha})
     assert list(registry) == ["alpha"] and registry["alpha"]() == 1 and len(registry) == 1
-    assert registry.help("alpha") == "First line" and registry.describe() == "alpha: First line"
+    assert registry.help("alpha") == "First line" and registry.listing() == "  alpha  First line"
+    two = Registry("thing", {"alpha": alpha, "b": alpha})
+    assert two.listing() == "  alpha  First line\n  b      First line"
+    assert two.listing(width=6).splitlines()[1] == "  b       First line"
     with pytest.raises(KeyError, match="unknown thing 'beta'; choose from alpha"):
         registry["beta"]
     with pytest.raises(TypeError, match="has no docstring"):

@@ -54,6 +54,8 @@ class Registry(Mapping[str, F], Generic[F]):
         """The first line of the factory's docstring, without its final period."""
         return (self[name].__doc__ or "").strip().splitlines()[0].rstrip(".")
 
-    def describe(self, separator: str = "; ") -> str:
-        """``name: help`` of every entry, for a command's ``--help``."""
-        return separator.join(f"{name}: {self.help(name)}" for name in self)
+    def listing(self, width: int | None = None) -> str:
+        """One line ``  name  help`` per entry, the names padded to ``width`` (default: the longest), for a
+        command's ``--help``."""
+        width = max((len(name) for name in self), default=0) if width is None else width
+        return "\n".join(f"  {name:<{width}}  {self.help(name)}" for name in self)

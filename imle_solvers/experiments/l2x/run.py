@@ -119,8 +119,7 @@ class L2XConfig(CommandConfig):
 
     @classmethod
     def help_epilog(cls) -> str:
-        width = max(len(name) for name in METHODS)
-        return "methods:\n" + "\n".join(f"  {n:<{width}}  {METHODS.help(n)}" for n in METHODS)
+        return "methods:\n" + METHODS.listing()
 
     def validate(self) -> None:
         if not isinstance(self.corpus, CorpusSpec):

@@ -131,8 +131,7 @@ class ToyConfig(CommandConfig):
 
     @classmethod
     def help_epilog(cls) -> str:
-        width = max(len(name) for name in METHODS)
-        return "methods:\n" + "\n".join(f"  {n:<{width}}  {METHODS.help(n)}" for n in METHODS)
+        return "methods:\n" + METHODS.listing()
 
     def resolved(self) -> ToyConfig:
         """The settings a run uses: every ``None`` filled from the full or the quick experiment."""

@@ -113,9 +113,7 @@ class VAEConfig(CommandConfig):
 
     @classmethod
     def help_epilog(cls) -> str:
-        width = max(len(name) for name in METHODS)
-        listing = "\n".join(f"  {n:<{width}}  {METHODS.help(n)}" for n in METHODS)
-        return f"methods (default: all but λ = 100, 1000):\n{listing}"
+        return f"methods (default: all but λ = 100, 1000):\n{METHODS.listing()}"
 
     def preflight(self) -> None:
         super().preflight()
