@@ -18,7 +18,7 @@ import numpy as np
 
 from ..oracle import MapOracle
 
-__all__ = ["Deadline", "RunResult", "Runner", "RunnerOptions", "RunnerTraits", "rows_of"]
+__all__ = ["Deadline", "InProcessRunner", "RunResult", "Runner", "RunnerOptions", "RunnerTraits", "rows_of"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,6 +172,25 @@ class Runner(Protocol):
 
     def close(self) -> None:
         """Stop every worker (idempotent)."""
+
+
+class InProcessRunner:
+    """What the runners without worker processes share (serial, thread): no oracle is shipped, kept or
+    counted, and no process is listed; they solve the caller's oracle object itself."""
+
+    def prepare(self, token: int, oracle: MapOracle) -> None:
+        """Nothing to ship."""
+
+    def forget(self, token: int) -> None:
+        """Nothing is kept per oracle."""
+
+    def pids(self) -> list[int]:
+        """No worker processes."""
+        return []
+
+    def counters(self) -> dict[str, int]:
+        """No restarts, no oracles shipped."""
+        return {"worker_restarts": 0, "oracles_shipped": 0}
 
 
 def rows_of(bounds: Any) -> list[int]:

@@ -15,7 +15,7 @@ import numpy as np
 from ..oracle import MapOracle
 from ._chunk import solve_chunk
 from ._failure import ChunkError, raise_failure
-from ._runner import Deadline, RunnerOptions, RunnerTraits, RunResult
+from ._runner import Deadline, InProcessRunner, RunnerOptions, RunnerTraits, RunResult
 
 __all__ = ["SerialRunner"]
 
@@ -23,7 +23,7 @@ PROBE_S = 2e-3
 """The probe stops after about this much solving (or a quarter of the batch)."""
 
 
-class SerialRunner:
+class SerialRunner(InProcessRunner):
     """Solves every chunk on the calling thread (see ``Runner``)."""
 
     traits = RunnerTraits(
@@ -38,18 +38,6 @@ class SerialRunner:
 
     def n_workers(self) -> int:
         return 1
-
-    def prepare(self, token: int, oracle: MapOracle) -> None:
-        pass
-
-    def forget(self, token: int) -> None:
-        pass
-
-    def pids(self) -> list[int]:
-        return []
-
-    def counters(self) -> dict[str, int]:
-        return {"worker_restarts": 0, "oracles_shipped": 0}
 
     def active(self) -> bool:
         return False

@@ -26,7 +26,7 @@ from ..errors import SolverTimeoutError
 from ..oracle import MapOracle
 from ._chunk import solve_chunk
 from ._failure import ChunkError, raise_failure
-from ._runner import Deadline, RunnerOptions, RunnerTraits, RunResult
+from ._runner import Deadline, InProcessRunner, RunnerOptions, RunnerTraits, RunResult
 
 __all__ = ["ThreadRunner"]
 
@@ -83,7 +83,7 @@ class _DaemonThreads:
             t.join(max(0.0, end - time.monotonic()))
 
 
-class ThreadRunner:
+class ThreadRunner(InProcessRunner):
     """``workers`` threads that solve one chunk each at a time (see ``Runner``)."""
 
     traits = RunnerTraits(
@@ -104,18 +104,6 @@ class ThreadRunner:
 
     def n_workers(self) -> int:
         return self.size
-
-    def prepare(self, token: int, oracle: MapOracle) -> None:
-        pass
-
-    def forget(self, token: int) -> None:
-        pass
-
-    def pids(self) -> list[int]:
-        return []
-
-    def counters(self) -> dict[str, int]:
-        return {"worker_restarts": 0, "oracles_shipped": 0}
 
     def active(self) -> bool:
         return self._executor is not None
