@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..app.machine import resolve_device
 from ..app.session import Session
 from ..errors import ConfigError, WorkerCrashedError
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig
 from .distributed import DistributedContext, check_batches, planned_world_size, process_group
 from .loop import train_model
 from .methods import MethodOptions
