@@ -94,7 +94,7 @@ def test_version(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == f"imle-solvers {__version__}\n"
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(50)  # two fresh interpreters
 def test_python_dash_m_imle_solvers() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
@@ -102,7 +102,7 @@ def test_python_dash_m_imle_solvers() -> None:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=24,
     )
     assert done.returncode == 0 and done.stdout == f"imle-solvers {__version__}\n"
     bad = subprocess.run(
@@ -110,7 +110,7 @@ def test_python_dash_m_imle_solvers() -> None:
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=24,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines()[-1] == (

@@ -22,6 +22,8 @@ from imle_solvers.errors import (
 )
 from tests.support.ilp_cases import SmallILP, independent_set, market_split, small_ilps
 
+pytestmark = pytest.mark.timeout(30)  # every test solves with CP-SAT, CBC or HiGHS: none may hang the suite
+
 
 def _exactly(k: int, m: int) -> tuple[cp_model.CpModel, list[cp_model.IntVar]]:
     model = cp_model.CpModel()

@@ -52,6 +52,7 @@ def test_ties_and_non_positive_values_are_never_taken() -> None:
 
 
 @pytest.mark.parametrize("dims", [1, 2])
+@pytest.mark.timeout(30)  # CP-SAT solves
 def test_matches_cpsat_on_32_items(dims: int) -> None:
     pytest.importorskip("ortools")
     from imle_solvers import ILP

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from imle_solvers.adapters.graphs import Matching, SpanningTree
 from imle_solvers.errors import InvalidWeightsError
 
+pytestmark = pytest.mark.timeout(30)  # graph solvers in this process: a test that loops fails, not the suite
+
 
 @st.composite
 def undirected_graphs(draw: st.DrawFn, max_nodes: int = 6, max_edges: int = 9) -> nx.Graph:

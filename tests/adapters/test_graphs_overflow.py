@@ -10,6 +10,8 @@ from imle_solvers.adapters import GridShortestPath, Matching, ShortestPath, Span
 from imle_solvers.adapters.graphs import grid as grid_module
 from imle_solvers.errors import InvalidWeightsError
 
+pytestmark = pytest.mark.timeout(30)  # graph solvers in this process: a test that loops fails, not the suite
+
 
 def test_grid_batch_of_huge_costs_terminates_with_the_path() -> None:
     grid = GridShortestPath(3, 3)

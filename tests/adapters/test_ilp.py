@@ -32,6 +32,9 @@ from imle_solvers.errors import (
 from tests.support.ilp_cases import assignment, grid_flow, independent_set, market_split
 from tests.support.paths import ROOT
 
+# every test solves with CP-SAT, CBC or HiGHS: none may hang the suite (subprocess tests set their own)
+pytestmark = pytest.mark.timeout(30)
+
 BACKENDS = ["cpsat", "cbc", "highs"]
 
 
@@ -323,6 +326,7 @@ def test_adapters_page_snippets_run() -> None:
 
 
 @pytest.mark.parametrize("pool_backend", ["process", "thread"])
+@pytest.mark.timeout(45)  # worker processes import the three solvers
 def test_solver_pool_ships_every_backend(pool_backend: str) -> None:
     """A real SolverPool (processes unpickle the oracles, threads share them) gives the serial answers."""
     from imle_solvers import SolverPool
@@ -446,6 +450,7 @@ def _cbc_of(owner: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc; PR_SET_PDEATHSIG")
+@pytest.mark.timeout(45)  # a fresh interpreter imports torch and three solvers
 def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", _SERIAL],
@@ -484,6 +489,7 @@ def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> No
 
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="walks /proc")
+@pytest.mark.timeout(90)
 def test_ctrl_c_with_solves_on_threads_ends_the_program() -> None:
     t0 = time.perf_counter()
     done = subprocess.run(
@@ -491,7 +497,7 @@ def test_ctrl_c_with_solves_on_threads_ends_the_program() -> None:
         cwd=_ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=80,
         stdin=subprocess.DEVNULL,
     )
     # CP-SAT used to abort here (std::bad_function_call, rc 134) and HiGHS/CBC to keep the interpreter

@@ -21,6 +21,8 @@ from imle_solvers.errors import (
     UnprovenSolutionWarning,
 )
 
+pytestmark = pytest.mark.timeout(30)  # the back-end tests solve with CP-SAT, CBC and HiGHS
+
 
 class _Scripted:
     """An engine that returns a fixed outcome and records the costs it was handed."""

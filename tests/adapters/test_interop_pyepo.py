@@ -17,6 +17,7 @@ from imle_solvers.interop.pyepo import PyEPOOracle, from_pyepo
 
 pyepo = pytest.importorskip("pyepo")
 ort = pytest.importorskip("pyepo.model.ort")
+pytestmark = pytest.mark.timeout(30)  # PyEPO's models solve with OR-Tools
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,8 @@ from imle_solvers.errors import (
 )
 from tests.support.ilp_cases import SmallILP, small_ilps
 
+pytestmark = pytest.mark.timeout(30)  # every test solves with CP-SAT, CBC or HiGHS: none may hang the suite
+
 
 def _check(oracle: ILP, ilp: SmallILP, sense: str) -> None:
     if len(ilp.states) == 0:

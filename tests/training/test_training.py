@@ -559,6 +559,7 @@ def test_a_full_disk_prints_the_finished_runs_and_one_line(
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch: seconds; the in-process test above covers the logic
+@pytest.mark.timeout(200)  # its own deadlines: 120 s for the first run, 60 s to stop
 def test_ctrl_c_in_a_child_process_keeps_the_finished_runs(tmp_path: Path) -> None:
     import signal
     import subprocess
