@@ -77,6 +77,22 @@ def squared(z: torch.Tensor) -> torch.Tensor:
     return ((z - Y.unsqueeze(-2) if z.dim() == 3 else z - Y) ** 2).sum()
 
 
+def near_ties(rows: int = 6) -> torch.Tensor:
+    """Weights whose third and fourth items nearly tie in every row (rows scaled 1 … rows): without noise
+    a local step changes the top-3 state exactly when their upstream gradients differ, whatever the seed."""
+    base = torch.linspace(1.0, -1.0, 8, dtype=torch.float64)
+    base[3] = base[2] - 1e-3
+    return base * torch.arange(1, rows + 1, dtype=torch.float64).unsqueeze(1)  # [rows, 8]
+
+
+TIES_TARGET = torch.tensor([0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+
+
+def squared_to_ties_target(z: torch.Tensor) -> torch.Tensor:
+    """‖z − y‖² with y = items 3-5: ∇zL = 2(z − y) differs between the near-tied items 2 and 3."""
+    return ((z - TIES_TARGET) ** 2).sum()
+
+
 # --------------------------------------------------------------------------- loss-scale equivariance
 @pytest.mark.parametrize("name", sorted(LINEAR))
 def test_gradient_is_equivariant_to_the_loss_scale(name: str) -> None:
@@ -119,6 +135,22 @@ def test_default_target_support_does_not_depend_on_reduction_or_batch_size(
     # the large step changes the state of nearly every row; the default's local step, of fewer
     assert full_sum.float().mean() > (0.9 if target is not None else 0.25)
     assert torch.equal(support(4, "mean"), full_mean[:4])  # same noise for the first rows
+
+
+def test_the_zero_gradient_warning_counts_only_rows_with_an_upstream_gradient() -> None:
+    # rows 1-3 are not part of the loss (∇zL = 0): their zero estimates say nothing about the step size
+    x = torch.randn(4, 8, generator=gen(7)).requires_grad_(True)
+    layer = IMLE(ORACLE, Gumbel(), PerturbedTarget(10.0), generator=gen(8))
+    z = layer(x)
+    away = 100.0 * (2 * z[0].detach() - 1)  # ∇zL of row 0: its chosen items cost, the others pay
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (z[0] * away).sum().backward()
+    assert x.grad is not None and x.grad[0].ne(0).any() and x.grad[1:].eq(0).all()
+    # the one row with a gradient gets an all-zero estimate: the warning counts it (1 of 1 rows)
+    tiny = IMLE(ORACLE, Gumbel(), PerturbedTarget(10.0), generator=gen(8))
+    with pytest.warns(RuntimeWarning, match=r"all-zero gradient for 100% of the rows"):
+        (tiny(x)[0] * 1e-9 * (1 - 2 * z[0].detach())).sum().backward()
 
 
 def test_fixed_lambda_loses_rows_under_mean_and_warns_once() -> None:
@@ -200,12 +232,13 @@ def test_fixed_lambda_warning_measures_the_spread_of_theta_plus_the_noise() -> N
     ids=["default", "default-two-sided", "aimle", "ste"],
 )
 def test_identical_samples_under_a_mean_over_samples_give_the_one_sample_gradient(make: Callable) -> None:
-    one = grad(lambda: make(1), W, squared)
+    w, loss = near_ties(), squared_to_ties_target  # no noise: a nonzero gradient needs near ties
+    one = grad(lambda: make(1), w, loss)
     assert one.abs().sum() > 0
     for s in (2, 5):
-        averaged = grad(lambda s=s: make(s), W, lambda z, s=s: squared(z) / s)  # type: ignore[misc]
+        averaged = grad(lambda s=s: make(s), w, lambda z, s=s: loss(z) / s)  # type: ignore[misc]
         torch.testing.assert_close(averaged, one, rtol=1e-12, atol=1e-15)
-        summed = grad(lambda s=s: make(s), W, squared)  # type: ignore[misc]
+        summed = grad(lambda s=s: make(s), w, loss)  # type: ignore[misc]
         torch.testing.assert_close(summed, s * one, rtol=1e-12, atol=1e-15)
 
 
@@ -370,8 +403,10 @@ def test_relative_target_is_pid_with_a_relative_step() -> None:
 )
 def test_relative_target_survives_huge_and_zero_weights(target: RelativeTarget) -> None:
     upstream = torch.linspace(-1, 1, 8, dtype=torch.float64)
+    # no noise: near ties (items 4 and 5 of the reversed rows, whose upstream gradients differ) for the
+    # local step, and a state other than MAP(−upstream) = items 0-2 for the large one
     for scale in (0.0, 1e-300, 1e300):
-        x = (scale * W).clone().requires_grad_(True)
+        x = (scale * near_ties().flip(-1)).clone().requires_grad_(True)
         z = IMLE(ORACLE, NoNoise(), target)(x)
         (z * upstream).sum().backward()
         assert x.grad is not None and torch.isfinite(x.grad).all()

@@ -33,7 +33,8 @@ from imle_solvers import (
 from tests.support.oracles import EnumOracle, k_subsets
 
 M = 6
-W = torch.randn(5, M, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+ROWS = 24  # enough rows that every option changes some state or gradient, whatever the seed
+W = torch.randn(ROWS, M, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 W_NAN = W.clone()
 W_NAN[3, 2] = float("nan")
 
@@ -202,8 +203,8 @@ def test_imle_defaults() -> None:
     assert layer.check_finite is None and layer.noise_on == "theta" and layer.target_noise_scale == 1.0
     # the default noise, seen in the states: MAP(θ + SoG(k=2, τ=1, s=10))
     z = IMLE(oracle, generator=gen())(W)
-    eps = SumOfGamma(k=2).sample((5, 1, M), dtype=torch.float64, generator=gen())
-    assert z.shape == (5, M) and torch.equal(z, oracle.solve_torch(W + eps[:, 0]))
+    eps = SumOfGamma(k=2).sample((ROWS, 1, M), dtype=torch.float64, generator=gen())
+    assert z.shape == (ROWS, M) and torch.equal(z, oracle.solve_torch(W + eps[:, 0]))
     # the default target, seen in the gradient: RelativeTarget(0.1, two-sided), the same ε (scale 1)
     assert same(
         observe(IMLE(host(), generator=gen()), W),
@@ -212,7 +213,7 @@ def test_imle_defaults() -> None:
     # one forward call with the B rows of S = 1, one backward call with both MAPs of the central difference
     oracle_calls = host()
     observe(IMLE(oracle_calls, generator=gen()), W)
-    assert oracle_calls.batch_calls == [5, 10]
+    assert oracle_calls.batch_calls == [ROWS, 2 * ROWS]
 
 
 def test_ste_defaults() -> None:
@@ -220,8 +221,8 @@ def test_ste_defaults() -> None:
     assert layer.noise == Gumbel(1.0) and layer.samples == 1 and layer.check_finite is None
     assert layer.noise_on == "theta" and layer.target_noise_scale == 1.0
     z = layer(W)
-    eps = Gumbel(1.0).sample((5, 1, M), dtype=torch.float64, generator=gen())
-    assert z.shape == (5, M) and torch.equal(z, TopK(2, M).solve_torch(W + eps[:, 0]))
+    eps = Gumbel(1.0).sample((ROWS, 1, M), dtype=torch.float64, generator=gen())
+    assert z.shape == (ROWS, M) and torch.equal(z, TopK(2, M).solve_torch(W + eps[:, 0]))
 
 
 @pytest.mark.parametrize("name", ["STE", "PerturbedOptimizer"])
@@ -229,7 +230,7 @@ def test_estimators_perturb_theta_of_a_min_oracle_by_default(name: str) -> None:
     # θ = −c: the default noise direction solves argmin ⟨c − ε, z⟩ (not ⟨c + ε, z⟩)
     costs = host("min")
     z = BUILD[name](costs, samples=2)(W)
-    shape = (5, 2, M)
+    shape = (ROWS, 2, M)
     eps = Gumbel(1.0).sample(shape, dtype=torch.float64, generator=gen()) if name == "STE" else None
     eps = torch.randn(shape, dtype=torch.float64, generator=gen()) if eps is None else eps
     expected = torch.from_numpy(costs.solve_batch((W.unsqueeze(1) - eps).reshape(-1, M).numpy())).view(shape)
@@ -243,9 +244,8 @@ def test_blackbox_default_lambda_is_20(sense: str) -> None:
     assert layer.lam == 20.0 and layer.noise == NoNoise() and layer.samples == 1
     x = W.clone().requires_grad_(True)
     z = layer(x)
-    upstream = torch.linspace(-0.1, 0.1, M, dtype=torch.float64).expand(5, M) * torch.arange(1, 6).unsqueeze(
-        1
-    )
+    rows = torch.arange(1, ROWS + 1).unsqueeze(1)
+    upstream = torch.linspace(-0.1, 0.1, M, dtype=torch.float64).expand(ROWS, M) * rows
     (z * upstream).sum().backward()
     w = W.numpy()
     if sense == "max":  # [MAP(θ) − MAP(θ − λ∇zL)]/λ
@@ -265,7 +265,7 @@ def test_perturbed_optimizer_defaults_are_sigma_1_and_10_normal_samples() -> Non
     assert layer.sigma == 1.0 and layer.samples == 10 and layer.noise == Normal(1.0)
     assert layer.check_finite is None
     y = layer(W)
-    eps = torch.randn((5, 10, M), dtype=torch.float64, generator=gen())  # σ = 1, 10 samples
+    eps = torch.randn((ROWS, 10, M), dtype=torch.float64, generator=gen())  # σ = 1, 10 samples
     torch.testing.assert_close(y, oracle.solve_torch(W.unsqueeze(1) + eps).mean(1))
 
 
@@ -306,16 +306,16 @@ def test_s_samples_are_s_rows_of_one_sample_each(name: str, samples: int) -> Non
     z1 = make(1)(repeated)
     if isinstance(make(1), PerturbedOptimizer):  # outputs the mean over its samples
         upstream = torch.randn(z.shape, generator=gen(3), dtype=z.dtype)
-        torch.testing.assert_close(z, z1.view(5, samples, M).mean(1))
+        torch.testing.assert_close(z, z1.view(ROWS, samples, M).mean(1))
         upstream1 = (upstream / samples).repeat_interleave(samples, 0)
     else:
-        assert z.shape == (5, samples, M)
+        assert z.shape == (ROWS, samples, M)
         torch.testing.assert_close(z.reshape(-1, M), z1)
         upstream = torch.randn(z.shape, generator=gen(3), dtype=z.dtype)
         upstream1 = upstream.reshape(-1, M)
     (z * upstream).sum().backward()
     (z1 * upstream1).sum().backward()
-    torch.testing.assert_close(x.grad, repeated.grad.view(5, samples, M).sum(1))
+    torch.testing.assert_close(x.grad, repeated.grad.view(ROWS, samples, M).sum(1))
     assert x.grad.abs().sum() > 0
 
 

@@ -200,6 +200,7 @@ def test_a_non_finite_solver_state_names_the_row_of_the_whole_batch() -> None:
     w[:, 0] = 0.0
     w[8, 0] = 2.0
     for _ in range(30):  # until row 8 is drawn for the solver, behind rows answered from the cache
+        before = cache.size  # earlier calls may have cached the states of other rows
         try:
             cache.solve_batch(w)
         except InvalidSolutionError as err:
@@ -207,7 +208,7 @@ def test_a_non_finite_solver_state_names_the_row_of_the_whole_batch() -> None:
             break
     else:
         pytest.fail("row 8 never reached the solver")
-    assert cache.size == 3 and np.isfinite(cache.states).all()
+    assert cache.size == before and np.isfinite(cache.states).all()  # nothing of the failed batch is kept
 
 
 def test_add_refuses_non_finite_states_and_wrong_shapes() -> None:
