@@ -308,6 +308,56 @@ def test_loss_defaults() -> None:
     assert hamming_loss(z, torch.ones(3, 5)).shape == ()  # "mean" over rows by default
 
 
+def test_hamming_loss_default_reduction_is_the_mean_over_rows() -> None:
+    z = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
+    y = torch.tensor([[1.0, 1.0, 0.0, 0.0]]).expand(3, 4)
+    per = hamming_loss(z, y, reduction="none")
+    assert per.tolist() == [0.5, 0.0, 1.0]
+    assert hamming_loss(z, y).item() == pytest.approx(0.5)
+    assert hamming_loss(z, y, reduction="sum").item() == 1.5
+
+
+class _FailsOnRow(MapOracle):
+    """Solves 2-subsets; raises, naming the row, where the first weight is exactly 99."""
+
+    sense = "min"
+    n_vars = 5
+    expected_nonzeros = 2.0
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return brute(STATES, np.asarray(weights)[None], "min")[0]
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        bad = np.flatnonzero(weights[:, 0] == 99.0)
+        if bad.size:
+            raise InvalidWeightsError("weight 99 refused", rows=bad.tolist())
+        return brute(STATES, weights, "min")
+
+
+def test_solver_errors_name_the_users_row_and_tensor() -> None:
+    pred, true = torch.zeros(4, 5, dtype=torch.float64), torch.zeros(4, 5, dtype=torch.float64)
+    true[2, 0] = 99.0  # row 2 of weights_true: row 4 + 2 = 6 of the one batched call
+    message = r"^batch row 2: weight 99 refused \(in the solve of weights_true\)$"
+    with pytest.raises(InvalidWeightsError, match=message):
+        regret(_FailsOnRow(), pred, true)
+    pred[1, 0] = 49.5  # SPO+ solves 2·pred − true (= 99 in row 1) and true (= 99 in row 2) in one call
+    with pytest.raises(
+        InvalidWeightsError,
+        match=r"^batch rows 1, 2: weight 99 refused \(in the solve of 2·weights_pred − weights_true and "
+        r"the solve of weights_true\)$",
+    ):
+        SPOPlusLoss(_FailsOnRow())(pred, true)
+
+
+def test_fenchel_young_solver_errors_name_the_instance_not_the_sample() -> None:
+    oracle = _FailsOnRow()
+    pred = torch.zeros(3, 5, dtype=torch.float64)
+    pred[2, 0] = 99.0  # every one of row 2's samples: rows 8 … 11 of the (N·S, m) batch
+    fy = FenchelYoungLoss(oracle, noise=NoNoise(), samples=4)
+    with pytest.raises(InvalidWeightsError, match=r"^batch row 2: weight 99 refused$"):
+        fy(pred, torch.from_numpy(STATES[:3]))
+
+
 def test_fenchel_young_default_noise_is_ten_standard_normal_draws() -> None:
     oracle = EnumOracle(STATES, "max")
     theta = torch.randn(3, 5, dtype=torch.float64)

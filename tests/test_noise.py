@@ -94,18 +94,31 @@ def test_dtype_shape_and_generator(noise, dtype: torch.dtype) -> None:  # type: 
         assert not torch.equal(a, c)
 
 
-def test_gumbel_extreme_uniforms_stay_finite() -> None:
-    x = Gumbel().sample((1_000_000,), dtype=torch.float32, generator=gen(9))
-    assert torch.isfinite(x).all()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_gumbel_extreme_uniforms_stay_finite(monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype) -> None:
+    # torch.rand returns 0 with probability 2^-24 per float32 draw: −log(−log 0) = −inf unless the
+    # uniform is moved into the open interval. Hand the sampler the extreme uniforms themselves.
+    def extreme(shape: tuple[int, ...], **kwargs: object) -> torch.Tensor:
+        work = kwargs["dtype"]
+        assert isinstance(work, torch.dtype)
+        top = 1.0 - torch.finfo(work).eps / 2  # the largest value torch.rand returns
+        return torch.tensor([0.0, top] * (math.prod(shape) // 2), dtype=work).reshape(shape)
+
+    monkeypatch.setattr(torch, "rand", extreme)
+    x = Gumbel(2.0).sample((6,), dtype=dtype)
+    assert x.dtype == dtype and torch.isfinite(x).all()
+    assert float(x[0]) < -4.0 and float(x[1]) > 30.0  # the extreme draws are kept, only made finite
 
 
 def test_sog_resolves_k_from_oracle() -> None:
     assert SumOfGamma().resolve(TopK(3, 7)).k == 3.0
     assert SumOfGamma(k=2).resolve(TopK(3, 7)).k == 2
     oracle = EnumOracle(np.eye(3))
+    for unknown in (None, 0.0, -1.0):  # no usable κ: the message says where k comes from
+        oracle.expected_nonzeros = unknown
+        with pytest.raises(ValueError, match="expected_nonzeros"):
+            SumOfGamma().resolve(oracle)
     oracle.expected_nonzeros = None
-    with pytest.raises(ValueError, match="expected_nonzeros"):
-        SumOfGamma().resolve(oracle)
     with pytest.raises(ValueError, match="expected_nonzeros"):
         IMLE(oracle)  # default noise is SumOfGamma(k=None)
     with pytest.raises(ValueError, match="no k yet"):
@@ -307,6 +320,16 @@ def test_sog_small_k_mean_is_the_formula(k: float) -> None:
     # low: the series was cut before most of its weight (the weights of small κ peak hundreds of terms out)
     x = SumOfGamma(k=k).sample((400_000,), dtype=torch.float64, generator=gen(42))
     assert float(x.mean()) == pytest.approx(EXACT_MEAN / k, rel=2e-3)
+
+
+def test_exact_gamma_variates_are_drawn_in_the_requested_precision() -> None:
+    from imle_solvers.noise import _standard_gamma
+
+    # float64 variates, not float32 ones cast up (those would all survive a round trip through float32)
+    x = _standard_gamma(0.5, (2000,), "cpu", torch.float64, gen(47))
+    assert x.dtype == torch.float64 and bool((x > 0).all())
+    assert float((x.float().double() != x).double().mean()) > 0.99
+    assert _standard_gamma(0.5, (3,), "cpu", torch.float32, gen(47)).dtype == torch.float32
 
 
 def test_sog_hands_over_to_the_exact_sampler_where_the_table_cannot_be_right() -> None:

@@ -383,6 +383,32 @@ def test_adaptive_targets_survive_extreme_loss_scales(dtype: torch.dtype) -> Non
             torch.testing.assert_close(scaled / alpha, base, rtol=1e-4, atol=0.0)
 
 
+def test_adaptive_beta_never_goes_below_zero() -> None:
+    # far more nonzeros than the target of 0.01 per sample: every update lowers β by 0.4, from 1.0
+    target = AdaptiveTarget(nonzero_target=0.01, beta=1.0, step=0.4)
+    layer = IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(19))
+    betas = []
+    for _ in range(5):
+        grad(layer, THETA)
+        betas.append(float(target.beta))
+    assert betas[:2] == pytest.approx([0.6, 0.2]) and betas[2:] == [0.0, 0.0, 0.0]  # β ← max(β + u, 0)
+    assert float(target.last_update) == pytest.approx(-0.4)
+
+
+def test_row_adaptive_alpha_stays_within_its_bounds() -> None:
+    # α ← α·exp(±step), kept in [1e-6, 1e6]: a run of updates in one direction stops at the bound
+    up = RowAdaptiveTarget(nonzero_target=1.0, alpha=2e5, step=1.0)  # the nonzero fraction is below 1
+    layer = IMLE(ORACLE, Gumbel(), up, generator=gen(20))
+    for _ in range(4):
+        grad(layer, THETA)
+    assert up.alpha == pytest.approx(1e6)
+    # downwards (a tiny α leaves the gradient at zero, which pushes α up again): the update on its own
+    down = RowAdaptiveTarget(nonzero_target=0.1, alpha=5e-6, step=1.0)
+    for _ in range(4):
+        down._update(torch.ones(3, 8))  # every entry nonzero: above the target
+    assert down.alpha == pytest.approx(1e-6)
+
+
 def test_adaptive_target_on_an_empty_batch() -> None:
     target = AdaptiveTarget()
     empty = torch.zeros(0, 2, 8, dtype=torch.float64)

@@ -58,6 +58,18 @@ def test_host_oracle_gets_clamped_costs_and_stays_a_host_oracle() -> None:
         ClampedCosts(_Max())
 
 
+def test_the_default_floor_is_zero_on_both_kinds_of_oracle() -> None:
+    inner = _Cheapest()
+    host = ClampedCosts(inner)
+    assert host.floor == 0.0
+    assert host.solve_batch(np.array([[-2.0, -1.0, 0.5]])).tolist() == [[1.0, 0.0, 0.0]]  # tie at 0: first
+    assert inner.seen == [[0.0, 0.0, 0.5]]  # negative costs raised to 0, the rest untouched
+    device = ClampedCosts(DAGShortestPath.grid(2, 2))
+    assert device.floor == 0.0
+    w = torch.tensor([[-5.0, 0.25, -3.0, 0.5]], dtype=torch.float64)
+    assert torch.equal(device.solve_torch(w), DAGShortestPath.grid(2, 2).solve_torch(w.clamp_min(0.0)))
+
+
 def test_device_oracle_is_clamped_on_the_device() -> None:
     oracle = DAGShortestPath.grid(3, 3)
     clamped = ClampedCosts(oracle, floor=0.0)

@@ -16,6 +16,8 @@ from imle_solvers.adapters.graphs import _levels
 from imle_solvers.adapters.graphs._levels import LevelPlan
 from imle_solvers.errors import InvalidWeightsError
 
+pytestmark = pytest.mark.timeout(30)  # graph solvers in this process: a test that loops fails, not the suite
+
 
 def all_paths(edges: list[tuple[int, int]], source: int, target: int) -> np.ndarray:
     """Edge indicators of every source → target path, by depth-first enumeration."""
@@ -145,6 +147,22 @@ def test_plan_levels_predecessors_and_unusable_arcs() -> None:
 # ---------------------------------------------------------------------------------- DAGShortestPath
 
 
+def test_a_nodes_level_follows_its_deepest_predecessor_whatever_order_kahn_meets_them() -> None:
+    # Kahn's algorithm finishes node 4 through its shallow in-arc (1, 4), after its deep one (3, 4): the
+    # level must still be one past node 3's, or the programme relaxes node 4 before node 3 has a distance
+    edges = [(0, 1), (0, 2), (2, 3), (3, 4), (1, 4)]
+    plan = _plan(edges, 0, 4)
+    assert [nodes.tolist() for nodes, _ in plan.levels] == [[1, 2], [3], [4]]
+    cost = np.array([[5.0, 1.0, 1.0, 1.0, 5.0]] * 3)  # 0 → 2 → 3 → 4 costs 3; 0 → 1 → 4 costs 10
+    for threshold in (0, 10**9):  # NumPy, then plain Python
+        _levels._ARCS_PER_LEVEL, saved = threshold, _levels._ARCS_PER_LEVEL
+        try:
+            assert plan.path(cost).tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]] * 3
+        finally:
+            _levels._ARCS_PER_LEVEL = saved
+    assert plan.path_torch(torch.from_numpy(cost)).tolist() == [[0.0, 1.0, 1.0, 1.0, 0.0]] * 3
+
+
 @given(random_dag(), st.integers(0, 2**31 - 1))
 def test_oracle_matches_brute_force_with_negative_weights(dag: tuple, seed: int) -> None:
     edges, s, t = dag
@@ -198,6 +216,11 @@ def test_useless_arcs_stay_zero_and_errors() -> None:
         DAGShortestPath([(0, 1)], 0, 5)
     with pytest.raises(ValueError, match="at least one edge"):
         DAGShortestPath([], 0, 1)
+    for rows, cols in ((1, 1), (0, 3)):
+        with pytest.raises(ValueError, match=r"rows\*cols >= 2|rows must be a positive integer"):
+            DAGShortestPath.grid(rows, cols)
+    with pytest.raises(ValueError, match=r"^grid needs rows\*cols >= 2 \(a source and a target\), got 1x1$"):
+        DAGShortestPath.grid(1, 1)
 
 
 def test_solve_torch_checks_the_last_dimension_and_the_dtype() -> None:
@@ -231,6 +254,10 @@ def test_integer_costs() -> None:
     assert z.dtype == torch.int64 and z.shape == w.shape
     assert torch.equal(z, oracle.solve_torch(w.double()).long())
     assert torch.equal(oracle.solve_torch(w.int()), z.int())
+    # integer costs are summed in float64: 2**24 + 1 and 2**24 are one float32 number, not one float64
+    parallel = DAGShortestPath([("s", "t"), ("s", "t")], "s", "t")
+    costs = torch.tensor([[2**24 + 1, 2**24], [2**24, 2**24 + 1]], dtype=torch.int64)
+    assert parallel.solve_torch(costs).tolist() == [[0, 1], [1, 0]]
 
 
 def test_from_networkx_and_imle_layer() -> None:

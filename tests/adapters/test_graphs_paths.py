@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from imle_solvers.adapters.graphs import GridShortestPath, ShortestPath
 from imle_solvers.errors import InfeasibleError, InvalidWeightsError, NegativeCycleError
 
+pytestmark = pytest.mark.timeout(30)  # graph solvers in this process: a test that loops fails, not the suite
+
 # --------------------------------------------------------------------------------------------------
 # brute force
 # --------------------------------------------------------------------------------------------------
@@ -278,6 +280,22 @@ def test_negative_cycle_error_names_the_batch_row() -> None:
     with pytest.raises(NegativeCycleError) as info:
         oracle.solve_batch(w)
     assert info.value.rows == (2,)
+
+
+@pytest.mark.parametrize("weights_on", ["edges", "nodes"])
+def test_a_negative_self_loop_on_the_way_names_its_rows_in_a_batch(weights_on: str) -> None:
+    graph = nx.DiGraph([("s", "a"), ("a", "a"), ("a", "t"), ("s", "t")])
+    oracle = ShortestPath(graph, "s", "t", weights_on=weights_on)  # type: ignore[arg-type]
+    loop = oracle.edges.index(("a", "a")) if weights_on == "edges" else oracle.nodes.index("a")
+    w = np.ones((5, oracle.n_vars))
+    w[[1, 3], loop] = -0.25
+    with pytest.raises(NegativeCycleError, match="self-loop") as info:
+        oracle.solve_batch(w)
+    assert info.value.rows == (1, 3)
+    with pytest.raises(NegativeCycleError, match="self-loop"):
+        oracle.solve(w[1])
+    w[[1, 3], loop] = 0.0  # a loop of cost 0 is never taken, and is no error
+    np.testing.assert_array_equal(oracle.solve_batch(w), [oracle.solve(r) for r in w])
 
 
 @pytest.mark.parametrize("directed", [True, False])
