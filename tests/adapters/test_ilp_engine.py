@@ -66,6 +66,31 @@ def test_states_are_checked_snapped_or_taken_as_they_are() -> None:
     assert unchecked.solve(np.zeros(2)).tolist() == [0.0, 1.0]  # the engine's values are the state
 
 
+def test_the_general_check_snaps_and_catches_what_the_small_one_does() -> None:
+    # a mixed model takes the general path (the small one is for all-integer models)
+    form = LinearForm.from_matrices(
+        3, A_ub=[[1, 1, 1]], b_ub=[2.5], bounds=(0, 2), integer=[True, True, False]
+    )
+    check = FeasibilityCheck(form)
+    z = check([1 - 1e-9, -1e-12, 0.5], "t")
+    assert z.tolist() == [1.0, 0.0, 0.5] and not np.signbit(z).any()  # snapped, and no −0.0
+    with pytest.raises(InvalidSolutionError, match=r"integer variable 0 .*fractional value 0\.99"):
+        check(np.array([0.99, 0.0, 0.0]), "t")  # 0.01 from an integer: far beyond int_tol = 1e-6
+    with pytest.raises(InvalidSolutionError, match=r"row 0 is violated: A x = 4\.0 outside \[-inf, 2\.5\]"):
+        check(np.array([2.0, 2.0, 0.0]), "t")  # messages print numbers, not np.float64(...)
+    with pytest.raises(InvalidSolutionError, match=r"variable 2 \('x2'\) = nan"):
+        check([0.0, 0.0, np.nan], "t")  # a continuous column: no integrality test to catch the NaN
+    with pytest.raises(InvalidSolutionError, match=r"variable 2 \('x2'\) = 2\.25 is outside its bounds"):
+        check([0.0, 0.0, 2.25], "t")  # the row holds (2.25 ≤ 2.5), the upper bound 2 does not
+
+
+def test_the_check_holds_rows_to_a_relative_tolerance_of_1e_9_by_default() -> None:
+    form = LinearForm.from_matrices(2, A_ub=[[0.3, 0.3]], b_ub=[0.6 * (1 - 1e-7)])  # 1e-7 below 0.3 + 0.3
+    with pytest.raises(InvalidSolutionError, match="constraint row 0 is violated"):
+        FeasibilityCheck(form)([1.0, 1.0], "t")
+    assert FeasibilityCheck(form, rtol=1e-6)([1.0, 1.0], "t").tolist() == [1.0, 1.0]
+
+
 def test_unproven_states_warn_or_raise_when_strict() -> None:
     engine = _Scripted(Outcome("feasible", [0.0, 1.0]))
     with pytest.warns(UnprovenSolutionWarning, match=r"Scripted\(x\): time limit of 1.5 s"):

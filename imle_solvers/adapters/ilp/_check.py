@@ -148,7 +148,7 @@ class FeasibilityCheck:
         j = j if self._all_integer else int(self._int_cols[j])
         self._fail(
             owner,
-            f"integer variable {j} ({self.form.names[j]!r}) has the fractional value {values[j]!r}",
+            f"integer variable {j} ({self.form.names[j]!r}) has the fractional value {float(values[j])!r}",
             None,
             float(off.max()),
         )
@@ -157,12 +157,12 @@ class FeasibilityCheck:
         """The exact test failed: check bounds and rows with their tolerances, raise naming the first."""
         if not np.isfinite(x).all():
             j = int(np.flatnonzero(~np.isfinite(x))[0])
-            self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {x[j]!r}", None, float("inf"))
+            self._fail(owner, f"variable {j} ({self.form.names[j]!r}) = {float(x[j])!r}", None, float("inf"))
         if ((x < self._col_lo) | (x > self._col_hi)).any():
             j = int(np.flatnonzero((x < self._col_lo) | (x > self._col_hi))[0])
             self._fail(
                 owner,
-                f"variable {j} ({self.form.names[j]!r}) = {x[j]!r} is outside its bounds "
+                f"variable {j} ({self.form.names[j]!r}) = {float(x[j])!r} is outside its bounds "
                 f"[{self.form.col_lb[j]}, {self.form.col_ub[j]}]",
                 None,
                 float(max(self.form.col_lb[j] - x[j], x[j] - self.form.col_ub[j])),
@@ -177,7 +177,7 @@ class FeasibilityCheck:
                     i = int(np.flatnonzero(bad)[0])
                     self._fail(
                         owner,
-                        f"constraint row {i} is violated: A x = {r[i]!r} outside "
+                        f"constraint row {i} is violated: A x = {float(r[i])!r} outside "
                         f"[{self._lb[i]}, {self._ub[i]}] by {over[i]:.3g} (relative "
                         f"{over[i] / max(scale[i], 1e-300):.3g})",
                         i,
