@@ -118,7 +118,7 @@ def test_training_through_pyepo_oracle_reduces_regret(data: tuple[Any, Any]) -> 
     train, test = data
     ds, ts = from_pyepo(train), from_pyepo(test)
     spo = SPOPlusLoss(ds.oracle)
-    untrained, model = _train(ds, lambda c_hat, c, z: spo(c_hat, c, optimal=z), epochs=2)
+    untrained, model = _train(ds, lambda c_hat, c, z: spo(c_hat, c, optimal=z), epochs=3)
     with torch.no_grad():
         before = regret(ts.oracle, untrained(ts.features), ts.costs, optimal=ts.solutions)
         after = regret(ts.oracle, model(ts.features), ts.costs, optimal=ts.solutions)

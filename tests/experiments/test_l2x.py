@@ -62,6 +62,9 @@ def test_relaxed_samplers() -> None:
         SoftSub(3, 0.0)
 
 
+# the paper's fixed λ = 10⁴ leaves more rows at a zero gradient as the explainer trains: the layer warns,
+# once (that warning is tested with the targets)
+@pytest.mark.filterwarnings(r"ignore:PerturbedTarget\(lam=:RuntimeWarning")
 def test_l2x_smoke_loss_goes_down(tmp_path: Path) -> None:
     config = l2x.L2XConfig(
         methods=("imle-sog", "softsub"),
@@ -70,7 +73,7 @@ def test_l2x_smoke_loss_goes_down(tmp_path: Path) -> None:
         n_train=160,
         n_val=40,
         n_test=40,
-        epochs=4,
+        epochs=10,  # 4 epochs moved the training loss by less than its epoch-to-epoch noise on some seeds
         out=str(tmp_path / "api"),
         show_progress=False,
     )
@@ -78,7 +81,7 @@ def test_l2x_smoke_loss_goes_down(tmp_path: Path) -> None:
     result = l2x.run_l2x(config, on_result=seen.append)
     assert seen == result.runs and [r.key for r in seen] == ["imle-sog-k5-seed0", "softsub-k5-seed0"]
     for run in result.runs:
-        assert run.train_loss[-1] < run.train_loss[0], run  # seed-fixed
+        assert run.train_loss[-1] < run.train_loss[0], run  # on every seed tried (10), by 1 % or more
         assert 0.0 <= run.precision <= 100.0 and 0.0 < run.ceiling <= 100.0
     assert "planted ceiling" in l2x.result_table(result)
     saved = json.loads((tmp_path / "api" / "results.json").read_text())

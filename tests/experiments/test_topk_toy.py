@@ -133,7 +133,7 @@ def test_sfe_monte_carlo_mean_approaches_exact_gradient(problem: ToyProblem) -> 
     exact = exact_gradient(problem, theta)
     se = grads.std(dim=0) / n**0.5
     assert bool(((grads.mean(dim=0) - exact).abs() < 5 * se).all())
-    assert float(exact.abs().max()) > 10 * float(se.max())  # the check has power
+    assert float(exact.abs().max()) > 6 * float(se.max())  # the check has power: a zero mean would fail it
 
 
 def test_sgd_momentum_step_matches_torch_optim() -> None:
