@@ -137,6 +137,24 @@ def test_expected_nonzeros() -> None:
     assert ILP(len(arcs), A_eq=A_sp, b_eq=b_sp, backend="highs").expected_nonzeros is None
 
 
+def test_declaration_shorthands() -> None:
+    from imle_solvers.adapters.ilp._linear import LinearForm
+
+    one_row = LinearForm.from_matrices(4, A_ub=[2, 3, 4, 1], b_ub=5)  # a vector and a scalar: one row
+    assert one_row.A.toarray().tolist() == [[2.0, 3.0, 4.0, 1.0]] and one_row.row_ub.tolist() == [5.0]
+    assert one_row.row_lb.tolist() == [-np.inf]
+    two = LinearForm.from_matrices(2, A_eq=np.ones((2, 2)), b_eq=3)  # a scalar for every row
+    assert two.row_lb.tolist() == two.row_ub.tolist() == [3.0, 3.0]
+    # m = 2: two pairs are (lower, upper), not one pair per variable
+    pair = LinearForm.from_matrices(2, bounds=[(0, 1), (2, 3)])
+    assert pair.col_lb.tolist() == [0.0, 1.0] and pair.col_ub.tolist() == [2.0, 3.0]
+    per_variable = LinearForm.from_matrices(3, bounds=[(0, 1), (2, 3), (4, 5)])
+    assert per_variable.col_lb.tolist() == [0.0, 2.0, 4.0] and per_variable.col_ub.tolist() == [1.0, 3.0, 5.0]
+    # ⟨z, 1⟩ is fixed by a row of ones only for 0/1 integers: an LP's vertex may be fractional
+    assert LinearForm.from_matrices(3, A_eq=[[1, 1, 1]], b_eq=[2]).expected_nonzeros() == 2.0
+    assert LinearForm.from_matrices(3, A_eq=[[1, 1, 1]], b_eq=[2], integer=False).expected_nonzeros() is None
+
+
 def test_bounds_forms_and_integrality_mask() -> None:
     w = np.array([1.0, -1.0, -1.0])
     pairs = ILP(3, bounds=[(0, 2), (-1, 3), (0, 1)], backend="cpsat")
@@ -160,11 +178,13 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "A_ub": np.ones((2, 3))}, "given together"),
         ({"c_size": 3, "A_eq": np.ones((1, 3, 1)), "b_eq": [1]}, "2-D"),
         ({"c_size": 3, "A_eq": [[1, np.nan, 1]], "b_eq": [1]}, "NaN"),
+        ({"c_size": 3, "A_ub": [[1, np.inf, 1]], "b_ub": [1]}, r"^A_ub contains NaN or inf entries$"),
         ({"c_size": 3, "A_eq": [[1, 1, 1]], "b_eq": [np.inf]}, "finite"),
         ({"c_size": 3, "bounds": (0, 1, 2)}, "pair"),
         ({"c_size": 3, "bounds": (np.zeros(2), 1)}, r"shape \(3,\)"),
         ({"c_size": 3, "bounds": (2, 1)}, "lower > upper"),
         ({"c_size": 3, "integer": [True, False]}, "mask"),
+        ({"c_size": 2, "integer": np.array([1.0, 0.0])}, r"boolean mask, got shape \(2,\) and dtype float64"),
         ({"c_size": 3, "sense": "maximize"}, "sense"),
         ({"c_size": 3, "backend": "gurobi"}, "backend"),
         ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
@@ -172,6 +192,7 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
         # these gave a raw pybind RuntimeError / TypeError; now a ValueError naming the row or variable
         ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
+        ({"c_size": 2, "A_ub": [[2**62 + 2**60, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
         ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
         (
             {"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},
