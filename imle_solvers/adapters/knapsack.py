@@ -24,7 +24,7 @@ _CHUNK_ENTRIES = 1 << 25
 _CPU_SCORES = 1 << 19
 """On the CPU the set scores are computed for this many (set, row) pairs at a time (cache-sized)."""
 _MAX_COUNT = 1 << 61
-"""Largest item weight or capacity: a set's load plus one more item stays within int64."""
+"""Item weights and capacities stay below this: a set's load plus one more item stays within int64."""
 
 
 def _counts(name: str, value: Any) -> np.ndarray:
@@ -134,7 +134,7 @@ class TorchKnapsack(TorchOracle):
         rows = [[min(x, c + 1) for x, c in zip(row, cap_list)] for row in w.tolist()]
         cap_list = [min(c, sum(row[d] for row in rows)) for d, c in enumerate(cap_list)]
         top = max(max(max(row) for row in rows), max(cap_list))
-        if top > _MAX_COUNT:
+        if top >= _MAX_COUNT:
             raise ValueError(
                 f"weights and capacities must stay below 2**61 once reduced (an item heavier than a capacity "
                 f"counts as capacity + 1, a capacity above the total weight as that total), got {top}: "

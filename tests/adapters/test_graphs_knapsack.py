@@ -175,6 +175,11 @@ def test_integer_and_complex_values() -> None:
     assert z.dtype == torch.int64 and z.tolist() == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     with pytest.raises(InvalidWeightsError, match="real"):
         oracle.solve_torch(v.to(torch.complex64))
+    # integer values are summed in float64: 2**24 and 2**24 + 1 are one float32 number
+    for method in ("dp", "enumerate"):
+        one = TorchKnapsack([[1], [1]], [1], method=method)
+        big = torch.tensor([[2**24, 2**24 + 1], [2**24 + 1, 2**24]], dtype=torch.int64)
+        assert one.solve_torch(big).tolist() == [[0, 1], [1, 0]], method
 
 
 @pytest.mark.parametrize("huge", [2**63, 2**64 + 1, np.uint64(2**63), 1e30])
@@ -193,6 +198,10 @@ def test_exact_integer_reading_of_weights_and_capacities() -> None:
     assert TorchKnapsack([[3.0], [2]], 4.0).weights[:, 0].tolist() == [3, 2]  # integral floats
     with pytest.raises(ValueError, match="2\\*\\*61"):
         TorchKnapsack([[2**62], [2**62]], [2**63])  # no reduction brings these below 2**61
+    for top in (2**61, 2**61 + 1):  # "2**61 or more", as documented: the boundary itself too
+        with pytest.raises(ValueError, match="must stay below 2\\*\\*61 once reduced"):
+            TorchKnapsack([[top]], [top])
+    assert TorchKnapsack([[2**61 - 1]], [2**61 - 1]).capacities.tolist() == [2**61 - 1]
     for bad in ([[np.nan]], [[np.inf]], [[True]], [["3"]], [[-(2**70)]]):
         with pytest.raises(ValueError, match="non-negative integers"):
             TorchKnapsack(bad, [3])
