@@ -24,8 +24,8 @@ def device_name(value: Any) -> str:
     """The constraint of a ``device`` setting: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (not yet whether
     this machine has it: `check_device`)."""
     text = str(value)
-    kind, _, index = text.partition(":")
-    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+    kind, colon, index = text.partition(":")
+    if kind not in DEVICES or (colon and (kind != "cuda" or not index.isdigit())):  # "cuda:" too
         raise ValueError(f"must be cpu, cuda, cuda:N or auto, got {value!r}")
     return text
 
