@@ -1,0 +1,1 @@
+"""Tests of the application layer: command configurations, sessions, results, commands."""
