@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from imle_solvers import ClampedCosts
+from imle_solvers import ClampedCosts, NoNoise
 from imle_solvers.app.machine import check_output_dir
 from imle_solvers.app.results import atomic_write_json
 from imle_solvers.data import shortest_path
@@ -240,6 +240,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--noise-width", "1"], "--noise-width: must be in [0, 1)"),
         (["--size", "1"], "--size: must be an integer >= 2"),
         (["--seeds", "-3"], "--seeds/--seed: must be an integer in [0, 2**32)"),
+        (["--seeds", "4294967296"], "--seeds/--seed: must be an integer in [0, 2**32), got 4294967296"),
         (["--seed", "1", "1"], "--seeds/--seed: must be non-empty and without repeats, got [1, 1]"),
         (["--method", "spo+", "spo+"], "--methods/--method: must be non-empty and without repeats"),
         (["--method", "magic"], "--methods/--method: must be one of 'imle', 'imle-pid'"),
@@ -258,6 +259,10 @@ def test_every_bad_option_is_an_argparse_error(
         main([*TINY, *argv])
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_seeds_span_the_32_bit_range() -> None:
+    assert TrainConfig(seeds=(0, 2**32 - 1)).seeds == (0, 4294967295)  # what numpy's seeds take
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
@@ -670,6 +675,9 @@ def test_method_options_reach_the_methods(data: tuple) -> None:
     assert bb.settings == {"bb_lam": 7.0, "bb_loss": "hamming"} and bb.modules[0].lam == 7.0
     dpo = build_method("dpo", train.oracle, samples=4, dpo_samples=3, sigma=0.5)
     assert dpo.settings == {"sigma": 0.5, "samples": 3} and dpo.modules[0].samples == 3
+    assert dpo.modules[0].sigma == 0.5
+    pfyl = build_method("pfyl", train.oracle, samples=4, dpo_samples=3, sigma=0.5)
+    assert pfyl.modules[0].samples == 3 and pfyl.modules[0].noise.sigma == 0.5
     with pytest.raises(TypeError):
         build_method("imle", train.oracle, lamda=3.0)
     with pytest.raises(ValueError, match="bb_loss must be one of"):
@@ -681,3 +689,54 @@ def test_method_options_reach_the_methods(data: tuple) -> None:
     from imle_solvers.training import methods
 
     assert METHODS["imle"] is methods.imle_large_step and not hasattr(methods, "imle")
+
+
+def test_layer_methods_average_their_gradient_over_instances_and_samples(data: tuple) -> None:
+    # the loss is summed over B instances and S samples and the weights' gradient scaled by 1/(B·S): with
+    # no noise the S samples are one state S times, so any S gives the one-sample gradient
+    train, _ = data
+    batch = (train.features[:8], train.costs[:8], train.solutions[:8], train.objectives[:8])
+    torch.manual_seed(0)
+    model = linear_model(5, 40)
+    grads = []
+    for samples in (1, 3):
+        model.zero_grad()
+        method = build_method("imle-mumu", train.oracle, samples=samples, noise=NoNoise())
+        method.loss(model(batch[0]), batch)[0].backward()
+        grads.append(model.weight.grad.clone())
+    assert grads[0].abs().sum() > 0
+    close(grads[1], grads[0])
+
+
+def test_dbb_reports_the_loss_it_was_built_with(data: tuple) -> None:
+    train, _ = data
+    x, c, z_star, f_star = train.features[:6], train.costs[:6], train.solutions[:6], train.objectives[:6]
+    c_hat = c.flip(-1)  # other costs, other decisions
+    decided = torch.from_numpy(train.oracle.solve_batch(c_hat.double().numpy())).float()  # MAP(ĉ), no noise
+    hamming = build_method("dbb", train.oracle, bb_loss="hamming")
+    _, per = hamming.loss(c_hat, (x, c, z_star, f_star))
+    close(per, (decided - z_star).abs().sum(-1))  # Σ_i |z_i − z*_i|: the number of arcs that differ
+    regret = build_method("dbb", train.oracle)  # bb_loss="regret": ⟨c, z⟩, minimised
+    _, per = regret.loss(c_hat, (x, c, z_star, f_star))
+    close(per, (c * decided).sum(-1))
+
+
+def test_the_decision_loss_follows_the_oracles_sense() -> None:
+    from imle_solvers.training.methods import decision_loss
+
+    z = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]])
+    c = torch.tensor([[2.0, 5.0, 3.0], [1.0, 4.0, 2.0]])
+    assert decision_loss(z, c, EnumOracle(np.eye(3), "min")).tolist() == [5.0, 4.0]  # ⟨c, z⟩: costs
+    assert decision_loss(z, c, EnumOracle(np.eye(3), "max")).tolist() == [-5.0, -4.0]  # −⟨v, z⟩: values
+    samples = z.unsqueeze(1).expand(2, 3, 3)  # (B, S, m) against (B, m) costs
+    assert decision_loss(samples, c, EnumOracle(np.eye(3), "min")).tolist() == [[5.0] * 3, [4.0] * 3]
+
+
+def test_spo_plus_uses_the_data_sets_optimal_states(data: tuple) -> None:
+    # z* comes with the batch: one solve per step (of 2ĉ − c), not two
+    train, _ = data
+    oracle = EnumOracle(np.unique(train.solutions.numpy(), axis=0), "min")
+    batch = (train.features[:8], train.costs[:8], train.solutions[:8], train.objectives[:8])
+    method = build_method("spo+", oracle)
+    method.loss(linear_model(5, 40)(batch[0]), batch)[0].backward()
+    assert oracle.batch_calls == [8]
