@@ -14,8 +14,8 @@ import torch
 
 from imle_solvers.app.command import Command
 from imle_solvers.app.config import CommandConfig, integer, number, option
+from imle_solvers.app.machine import check_device, check_output_dir, device_name
 from imle_solvers.app.results import Metric, Summary, to_json
-from imle_solvers.app.session import check_device, check_output_dir, device_name
 from imle_solvers.errors import ConfigError, MissingExtraError, OutputError
 
 
