@@ -213,6 +213,10 @@ def test_missing_extra_names_cpsat(monkeypatch: pytest.MonkeyPatch) -> None:
         CPSATOracle(model, x)
     with pytest.raises(MissingExtraError, match=r"imle-solvers\[cpsat\]"):
         ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cpsat")
+    # the declaration's own arguments are checked first, without the solver: the error a user can fix now
+    for bad, match in (({"time_limit": -1.0}, "time_limit"), ({"sense": "maximize"}, "sense")):
+        with pytest.raises(ValueError, match=match):
+            ILP(3, A_eq=np.ones((1, 3)), b_eq=[1], backend="cpsat", **bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("sense", ["min", "max"])

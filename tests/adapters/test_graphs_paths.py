@@ -282,6 +282,26 @@ def test_negative_cycle_error_names_the_batch_row() -> None:
     assert info.value.rows == (2,)
 
 
+@pytest.mark.timeout(20)  # a predecessor cycle that is not caught loops for ever
+def test_a_broken_search_tree_names_its_row_and_never_loops(monkeypatch: pytest.MonkeyPatch) -> None:
+    # s → a ⇄ t: rounding could leave Dijkstra's predecessors with the cycle a → t → a; the trace stops
+    # after n arcs and names the row whose tree it was, as every other error of the batch does
+    from imle_solvers.adapters.graphs import shortest_path
+
+    oracle = ShortestPath(nx.DiGraph([("s", "a"), ("a", "t"), ("t", "a")]), "s", "t")
+    real = shortest_path._block_dijkstra
+
+    def broken(*args: object) -> np.ndarray:
+        pred = real(*args)  # [K, n], nodes s = 0, a = 1, t = 2
+        pred[1, 1], pred[1, 2] = 2, 1  # row 1: a's predecessor is t, t's is a
+        return pred
+
+    monkeypatch.setattr(shortest_path, "_block_dijkstra", broken)
+    with pytest.raises(NegativeCycleError, match="predecessor cycle") as info:
+        oracle.solve_batch(np.ones((3, 3)))
+    assert info.value.rows == (1,)
+
+
 @pytest.mark.parametrize("weights_on", ["edges", "nodes"])
 def test_a_negative_self_loop_on_the_way_names_its_rows_in_a_batch(weights_on: str) -> None:
     graph = nx.DiGraph([("s", "a"), ("a", "a"), ("a", "t"), ("s", "t")])

@@ -193,6 +193,8 @@ def test_bounds_forms_and_integrality_mask() -> None:
         # these gave a raw pybind RuntimeError / TypeError; now a ValueError naming the row or variable
         ({"c_size": 2, "A_ub": [[1e20, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
         ({"c_size": 2, "A_ub": [[2**62 + 2**60, 1]], "b_ub": [2], "backend": "cpsat"}, "row 0: .*64-bit"),
+        ({"c_size": 2, "A_ub": [[1, 1]], "b_ub": [2**62 + 2**60], "backend": "cpsat"}, "row 0: .*64-bit"),
+        ({"c_size": 2, "A_eq": [[1, 1]], "b_eq": [-(2**62) - 2**60], "backend": "cpsat"}, "row 0: .*64-bit"),
         ({"c_size": 2, "bounds": (0, 1e19), "backend": "cpsat"}, "variable 0 .*backend='highs'"),
         (
             {"c_size": 2, "A_ub": [[2**40, 1]], "b_ub": [2], "bounds": (0, 2**30), "backend": "cpsat"},

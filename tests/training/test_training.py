@@ -740,3 +740,83 @@ def test_spo_plus_uses_the_data_sets_optimal_states(data: tuple) -> None:
     method = build_method("spo+", oracle)
     method.loss(linear_model(5, 40)(batch[0]), batch)[0].backward()
     assert oracle.batch_calls == [8]
+
+
+def test_the_documented_defaults_of_train_are_pinned() -> None:
+    # what `imle-solvers train --help`, docs/predict-then-optimize.md and the papers' protocols state: a
+    # change must be a decision, made here too
+    from imle_solvers.training.problems import DEFAULTS, SCHEDULE_DEFAULTS
+
+    config = TrainConfig()
+    pinned = {
+        "problem": "shortest-path",
+        "methods": ("imle-mumu", "spo+", "two-stage"),
+        "seeds": (0,),
+        "deg": 1,
+    }
+    pinned |= {"noise_width": 0.5, "size": 12, "noise": "sog", "tau": 1.0, "lam": 10.0, "workers": 0}
+    pinned |= {"threads": 1, "device": "cpu", "oracle": "auto", "compile": "auto", "amp": "auto"}
+    pinned |= {"channels_last": "auto", "cache": True, "show_progress": True, "dist_timeout": 300.0}
+    assert {name: getattr(config, name) for name in pinned} == pinned
+    per_problem = (
+        "epochs",
+        "batch_size",
+        "lr",
+        "schedule",
+        "n_train",
+        "n_test",
+        "samples",
+        "model",
+        "bb_loss",
+    )
+    assert all(getattr(config, name) is None for name in per_problem)  # the problem's, below
+    pyepo = {"lr": 0.01, "batch_size": 32, "epochs": 10, "samples": 10, "n_train": 1000, "n_test": 1000}
+    pyepo |= {"model": "linear", "bb_loss": "regret", "eval_batch": 1000, "dpo_samples": None}
+    images = {"lr": 5e-4, "epochs": 10, "samples": 1, "n_train": 10_000, "n_test": 1000, "eval_batch": 250}
+    images |= {"bb_loss": "hamming", "dpo_samples": 10}
+    assert DEFAULTS == {
+        "shortest-path": pyepo,
+        "knapsack": pyepo,
+        "terrain": images | {"batch_size": 35, "model": "terrain-cnn"},  # the blackbox paper's 12 × 12 runs
+        "warcraft": images | {"batch_size": 70, "epochs": 50, "model": "resnet-stem"},  # the I-MLE paper's
+    }
+    assert SCHEDULE_DEFAULTS == {"warcraft": "paper"}
+
+
+@pytest.mark.parametrize(
+    ("device", "oracle", "native"),
+    [
+        ("cpu", "auto", False),
+        ("cuda", "auto", True),
+        ("cuda:1", "auto", True),
+        ("cpu", "device", True),
+        ("cuda", "host", False),
+        ("cpu", "host", False),
+    ],
+)
+def test_device_native_oracles_are_asked_for_off_the_cpu_or_by_name(
+    device: str, oracle: str, native: bool
+) -> None:
+    from imle_solvers.training.problems import ProblemSpec
+
+    spec = ProblemSpec(n_train=1, n_test=1, seed=0, device=device, oracle=oracle)
+    assert spec.native is native  # a ProblemSpec builds nothing: no CUDA needed to ask
+
+
+def test_problem_factories_refuse_a_model_of_another_problem() -> None:
+    # the library entry point checks as the command line does
+    for name in ("shortest-path", "knapsack"):
+        with pytest.raises(ValueError, match=f"problem {name!r} uses the linear model"):
+            make_problem(name, 4, 4, 0, model="terrain-cnn")
+
+
+def test_warcraft_paths_set_the_noise_kappa_of_every_oracle() -> None:
+    # SumOfGamma's κ is the mean number of cells of a training path (the I-MLE paper's sec. 6), on the
+    # training layers' clamped oracle and on evaluation's (generated maps here)
+    from imle_solvers.adapters.graphs import GridShortestPath
+
+    problem = make_problem("warcraft", 12, 4, 0, size=6)
+    kappa = float(problem.train.solutions.sum(-1).mean())
+    assert kappa != GridShortestPath(6, 6).expected_nonzeros  # not the oracle's own guess
+    assert problem.train_oracle.expected_nonzeros == pytest.approx(kappa)
+    assert problem.eval_oracle.expected_nonzeros == pytest.approx(kappa)
