@@ -25,6 +25,7 @@ import typing
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
 
+from .._checks import positive, positive_int
 from ..errors import ConfigError
 from .machine import check_device, check_output_dir
 
@@ -207,6 +208,16 @@ def number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"must be a number, got {value!r}") from None
+
+
+def count(value: Any) -> int:
+    """The constraint of a count setting (epochs, samples, a width, …): a positive integer."""
+    return positive_int("", value)
+
+
+def positive_number(value: Any) -> float:
+    """The constraint of a rate, scale or temperature setting: a number above 0."""
+    return positive("", value)
 
 
 def render(value: Any) -> str:

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from .._checks import non_negative_int, positive_int
+from .._checks import non_negative_int
 from ..app.command import Command
-from ..app.config import CommandConfig, option
+from ..app.config import CommandConfig, count, option
 from ..training import TrainConfig, TrainRun
 from ..training import run as train
 from ..training.results import SUMMARY
@@ -34,10 +34,6 @@ _DESCRIPTION = __doc__ or ""
 
 METHODS = ("imle-mumu", "spo+", "two-stage")
 """The methods the demo compares (names of the training registry)."""
-
-
-def _count(value: int) -> int:
-    return positive_int("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,16 +63,16 @@ class DemoConfig(CommandConfig):
     command: ClassVar[str] = "demo"
     description: ClassVar[str] = _DESCRIPTION
 
-    epochs: int = option(10, "training epochs of each method", check=_count)
+    epochs: int = option(10, "training epochs of each method", check=count)
     deg: int = option(
-        4, "polynomial degree of the cost model (higher: a linear model fits worse)", check=_count
+        4, "polynomial degree of the cost model (higher: a linear model fits worse)", check=count
     )
     seed: int = option(
         0, "seed of the data and of the initial model", check=lambda v: non_negative_int("", v)
     )
-    n_train: int = option(1000, "training instances", check=_count)
-    n_test: int = option(1000, "test instances", check=_count)
-    threads: int = option(1, "torch CPU threads", check=_count)
+    n_train: int = option(1000, "training instances", check=count)
+    n_test: int = option(1000, "test instances", check=count)
+    threads: int = option(1, "torch CPU threads", check=count)
     out: str = option(
         os.path.join("runs", "demo"), "folder for results.json, results.md and curves.png", metavar="DIR"
     )

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .._checks import in_range, integer_at_least, non_negative_int, positive, positive_int
-from ..app.config import CommandConfig, option
+from .._checks import in_range, integer_at_least, non_negative_int, positive
+from ..app.config import CommandConfig, count, option
 from ..app.machine import device_name, resolve_device
 from ..errors import ConfigError, DataError
 from .methods import METHODS
@@ -55,10 +55,6 @@ otherwise."""
 CHANNELS_LAST = ("auto", "on", "off")
 """``--channels-last``: the CNN's weights and the images in channels-last memory format; ``auto``: ``on``
 for the CNNs on CUDA, ``off`` otherwise."""
-
-
-def _count(value: Any) -> int:
-    return positive_int("", value)
 
 
 def _seed(value: int) -> int:
@@ -236,10 +232,10 @@ examples:
         metavar="SEED",
     )
     epochs: int | None = option(
-        None, "passes over the training set", check=_count, default_text=lambda: _per_problem("epochs", 0)
+        None, "passes over the training set", check=count, default_text=lambda: _per_problem("epochs", 0)
     )
     batch_size: int | None = option(
-        None, "instances per step", check=_count, default_text=lambda: _per_problem("batch_size", 1)
+        None, "instances per step", check=count, default_text=lambda: _per_problem("batch_size", 1)
     )
     lr: float | None = option(
         None,
@@ -261,22 +257,22 @@ examples:
     lr_drops: tuple[int, ...] | None = option(
         None,
         "epochs after which the learning rate is divided by 10",
-        check=_count,
+        check=count,
         metavar="EPOCH",
         default_text=lambda: f"the schedule's: none; {_text(SCHEDULES['paper'][3])} with --schedule paper",
     )
     n_train: int | None = option(
-        None, "training instances", check=_count, default_text=lambda: _per_problem("n_train")
+        None, "training instances", check=count, default_text=lambda: _per_problem("n_train")
     )
     n_test: int | None = option(
-        None, "test instances", check=_count, default_text=lambda: _per_problem("n_test")
+        None, "test instances", check=count, default_text=lambda: _per_problem("n_test")
     )
-    deg: int = option(1, "polynomial degree of the cost model", check=_count)
+    deg: int = option(1, "polynomial degree of the cost model", check=count)
     noise_width: float = option(
         0.5, "ē, the half-width of the multiplicative noise", check=lambda v: in_range("", v, 0, 1)
     )
     samples: int | None = option(
-        None, "S of the perturbation methods", check=_count, default_text=lambda: _per_problem("samples")
+        None, "S of the perturbation methods", check=count, default_text=lambda: _per_problem("samples")
     )
     size: int = option(
         12,
@@ -314,7 +310,7 @@ examples:
         metavar="ADDRESS",
         default_text="none",
     )
-    threads: int = option(1, "torch CPU threads", check=_count)
+    threads: int = option(1, "torch CPU threads", check=count)
     device: str = option(
         "cpu",
         "cpu, cuda, cuda:N or auto (cuda when available): model, data and noise live there",

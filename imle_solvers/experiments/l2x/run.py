@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..._checks import non_negative_int, positive, positive_int
-from ...app.config import CommandConfig, option
+from ..._checks import non_negative_int, positive
+from ...app.config import CommandConfig, count, option
 from ...app.machine import device_name, resolve_device
 from ...app.report import progress
 from ...app.results import Metric, Summary
@@ -24,10 +24,6 @@ from .model import Explainer, Predictor
 from .planted import CorpusSpec, PlantedCorpus, make_corpus, subset_precision
 
 __all__ = ["SUMMARY", "L2XConfig", "L2XResult", "L2XRun", "header", "run_l2x"]
-
-
-def _count(value: int) -> int:
-    return positive_int("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -92,7 +88,7 @@ class L2XConfig(CommandConfig):
         choices=lambda: tuple(METHODS),
         metavar="NAME",
     )
-    ks: tuple[int, ...] = option((5, 10, 15), "subset sizes k", check=_count, metavar="K")
+    ks: tuple[int, ...] = option((5, 10, 15), "subset sizes k", check=count, metavar="K")
     seeds: tuple[int, ...] = option(
         (0, 1, 2),
         "seeds: corpus, initialisation and noise",
@@ -100,20 +96,20 @@ class L2XConfig(CommandConfig):
         check=lambda v: non_negative_int("", v),
         metavar="SEED",
     )
-    n_train: int = option(1000, "training reviews", flags=("--n-train", "--train"), check=_count)
-    n_val: int = option(250, "validation reviews", flags=("--n-val", "--val"), check=_count)
-    n_test: int = option(500, "test reviews", flags=("--n-test", "--test"), check=_count)
-    epochs: int = option(8, "epochs", check=_count)
-    batch_size: int = option(40, "reviews per step", check=_count)
+    n_train: int = option(1000, "training reviews", flags=("--n-train", "--train"), check=count)
+    n_val: int = option(250, "validation reviews", flags=("--n-val", "--val"), check=count)
+    n_test: int = option(500, "test reviews", flags=("--n-test", "--test"), check=count)
+    epochs: int = option(8, "epochs", check=count)
+    batch_size: int = option(40, "reviews per step", check=count)
     lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
     lam: float = option(10000.0, "λ of the I-MLE target", check=lambda v: positive("", v))
     tau_factor: float = option(1.0, "SoG temperature τ = factor · k", check=lambda v: positive("", v))
-    emb: int = option(32, "embedding width", check=_count)
-    filters: int = option(32, "convolution channels", check=_count)
-    hidden: int = option(32, "dense width", check=_count)
+    emb: int = option(32, "embedding width", check=count)
+    filters: int = option(32, "convolution channels", check=count)
+    hidden: int = option(32, "dense width", check=count)
     corpus: CorpusSpec = dataclasses.field(default_factory=CorpusSpec)
     device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=_count)
+    threads: int = option(1, "torch CPU threads", check=count)
     out: str = option(os.path.join("runs", "l2x"), "folder for results.json and results.md", metavar="DIR")
     show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
 

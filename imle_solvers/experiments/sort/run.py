@@ -10,9 +10,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..._checks import non_negative_int, positive, positive_int
+from ..._checks import non_negative_int
 from ...adapters.graphs.matching import TorchMatching
-from ...app.config import CommandConfig, option, render
+from ...app.config import CommandConfig, count, option, positive_number, render
 from ...app.machine import device_name, resolve_device
 from ...app.report import progress
 from ...app.session import Session
@@ -35,14 +35,6 @@ _LOSS_POINTS = 10
 
 def _default(name: str) -> str:
     return f"{render(_FULL[name])}; --quick: {render(QUICK[name])}"
-
-
-def _count(value: int) -> int:
-    return positive_int("", value)
-
-
-def _rate(value: float) -> float:
-    return positive("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -108,7 +100,7 @@ class SortConfig(CommandConfig):
         choices=lambda: tuple(METHODS),
         metavar="NAME",
     )
-    ns: tuple[int, ...] = option((3, 5, 9), "numbers per sequence n", check=_count, metavar="N")
+    ns: tuple[int, ...] = option((3, 5, 9), "numbers per sequence n", check=count, metavar="N")
     seeds: tuple[int, ...] | None = option(
         None,
         "seeds: data split, sequences, initialisation and noise",
@@ -117,26 +109,26 @@ class SortConfig(CommandConfig):
         metavar="SEED",
         default_text=lambda: _default("seeds"),
     )
-    digits: int = option(2, "digits per number", check=_count)
-    steps: int | None = option(None, "Adam steps", check=_count, default_text=lambda: _default("steps"))
-    batch_size: int = option(20, "sequences per step", check=_count)
+    digits: int = option(2, "digits per number", check=count)
+    steps: int | None = option(None, "Adam steps", check=count, default_text=lambda: _default("steps"))
+    batch_size: int = option(20, "sequences per step", check=count)
     n_test: int | None = option(
         None,
         "test sequences",
         flags=("--n-test", "--test"),
-        check=_count,
+        check=count,
         default_text=lambda: _default("n_test"),
     )
-    lr: float = option(3e-3, "Adam learning rate", check=_rate)
-    noise_tau: float = option(1.0, "SumOfGamma temperature τ (imle, ste)", check=_rate)
-    lam: float = option(100.0, "λ of the I-MLE target (paper, eq. 8)", check=_rate)
-    sinkhorn_tau: float = option(1.0, "Gumbel-Sinkhorn temperature τ", check=_rate)
-    sinkhorn_iters: int = option(20, "Sinkhorn rounds", check=_count)
-    channels: int = option(8, "channels of the CNN's first convolution", check=_count)
-    hidden: int = option(64, "width of the CNN's dense layer", check=_count)
+    lr: float = option(3e-3, "Adam learning rate", check=positive_number)
+    noise_tau: float = option(1.0, "SumOfGamma temperature τ (imle, ste)", check=positive_number)
+    lam: float = option(100.0, "λ of the I-MLE target (paper, eq. 8)", check=positive_number)
+    sinkhorn_tau: float = option(1.0, "Gumbel-Sinkhorn temperature τ", check=positive_number)
+    sinkhorn_iters: int = option(20, "Sinkhorn rounds", check=count)
+    channels: int = option(8, "channels of the CNN's first convolution", check=count)
+    hidden: int = option(64, "width of the CNN's dense layer", check=count)
     quick: bool = option(False, "one seed, few steps, a small test set (seconds)")
     device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=_count)
+    threads: int = option(1, "torch CPU threads", check=count)
     out: str = option(os.path.join("runs", "sort"), "folder for results.json and results.md", metavar="DIR")
     show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
 

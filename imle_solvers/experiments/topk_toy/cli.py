@@ -7,9 +7,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from ..._checks import non_negative_int, positive, positive_int
+from ..._checks import non_negative_int
 from ...app.command import Command
-from ...app.config import CommandConfig, option, render
+from ...app.config import CommandConfig, count, option, positive_number, render
 from ...app.session import Session
 from .methods import DEFAULT_METHODS, METHODS
 from .report import ROWS, plot, result_table
@@ -38,14 +38,6 @@ _FULL: dict[str, Any] = {
 
 def _default(name: str) -> str:
     return f"{render(_FULL[name])}; --quick: {render(QUICK[name])}"
-
-
-def _count(value: int) -> int:
-    return positive_int("", value)
-
-
-def _rate(value: float) -> float:
-    return positive("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,10 +78,8 @@ class ToyConfig(CommandConfig):
         "per method,\nthen each method's best setting run again with fresh randomness."
     )
 
-    runs: int | None = option(
-        None, "runs per grid point", check=_count, default_text=lambda: _default("runs")
-    )
-    steps: int = option(50, "SGD steps", check=_count)
+    runs: int | None = option(None, "runs per grid point", check=count, default_text=lambda: _default("runs"))
+    steps: int = option(50, "SGD steps", check=count)
     long_steps: int | None = option(
         None,
         "steps of the extra SFE run (0: none)",
@@ -105,19 +95,19 @@ class ToyConfig(CommandConfig):
         metavar="NAME",
     )
     lambdas: tuple[float, ...] | None = option(
-        None, "λ grid of I-MLE", check=_rate, metavar="λ", default_text=lambda: _default("lambdas")
+        None, "λ grid of I-MLE", check=positive_number, metavar="λ", default_text=lambda: _default("lambdas")
     )
     lrs: tuple[float, ...] | None = option(
         None,
         "step-size grid η of I-MLE and STE",
-        check=_rate,
+        check=positive_number,
         metavar="η",
         default_text=lambda: _default("lrs"),
     )
     sfe_lrs: tuple[float, ...] | None = option(
         None,
         "learning-rate grid of the SFE",
-        check=_rate,
+        check=positive_number,
         metavar="LR",
         default_text=lambda: _default("sfe_lrs"),
     )

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
-from ..._checks import non_negative_int, positive, positive_int
-from ...app.config import CommandConfig, option
+from ..._checks import non_negative_int, positive
+from ...app.config import CommandConfig, count, option
 from ...app.machine import device_name, resolve_device
 from ...app.report import progress
 from ...app.session import Session
@@ -23,10 +23,6 @@ from .model import N_LATENT, N_VARS, SubsetVAE, latent_kl, vae_loss
 from .report import SUMMARY, plot_curves, plot_reconstructions
 
 __all__ = ["VAEConfig", "VAEResult", "VAERun", "header", "run_vae"]
-
-
-def _count(value: int) -> int:
-    return positive_int("", value)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,8 +82,8 @@ class VAEConfig(CommandConfig):
         check=lambda v: non_negative_int("", v),
         metavar="SEED",
     )
-    epochs: int = option(30, "epochs (the paper: 100 on MNIST)", check=_count)
-    batch_size: int = option(100, "images per step", check=_count)
+    epochs: int = option(30, "epochs (the paper: 100 on MNIST)", check=count)
+    batch_size: int = option(100, "images per step", check=count)
     lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
     data: str | None = option(
         None,
@@ -96,14 +92,14 @@ class VAEConfig(CommandConfig):
         default_text="scikit-learn's bundled 8×8 digits",
     )
     max_train: int | None = option(
-        None, "use at most this many training images", check=_count, default_text="all"
+        None, "use at most this many training images", check=count, default_text="all"
     )
-    max_test: int | None = option(None, "use at most this many test images", check=_count, default_text="all")
+    max_test: int | None = option(None, "use at most this many test images", check=count, default_text="all")
     kl: str = option(
         "softmax", "KL term: the paper's softmax marginals or the exact one", choices=("softmax", "exact")
     )
     device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=_count)
+    threads: int = option(1, "torch CPU threads", check=count)
     out: str = option(
         os.path.join("runs", "vae"),
         "folder for results.json, results.md, vae_curves.png and vae_recon.png",
