@@ -820,3 +820,141 @@ def test_warcraft_paths_set_the_noise_kappa_of_every_oracle() -> None:
     assert kappa != GridShortestPath(6, 6).expected_nonzeros  # not the oracle's own guess
     assert problem.train_oracle.expected_nonzeros == pytest.approx(kappa)
     assert problem.eval_oracle.expected_nonzeros == pytest.approx(kappa)
+
+
+class _Fixed(torch.nn.Module):
+    """A model that predicts the same weights for every instance."""
+
+    def __init__(self, weights: list[float]) -> None:
+        super().__init__()
+        self.weights = torch.nn.Parameter(torch.tensor(weights))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weights.expand(len(x), -1)
+
+
+def test_evaluation_counts_only_optimal_objectives_and_keeps_the_regrets_sign() -> None:
+    from imle_solvers.data.dataset import PTODataset
+
+    oracle = EnumOracle(np.eye(2), "min")  # two states, costs
+    x = torch.zeros(4, 1)
+    costs = torch.tensor([[1.0, 1.001]] * 4, dtype=torch.float64)  # state 1 is 0.1 % worse than state 0
+    labelled = PTODataset(x, costs, oracle)  # z* = state 0, f* = 1
+    model = _Fixed([2.0, 1.0])  # decides state 1 everywhere
+    model.train()
+    result = evaluate(model, labelled)
+    assert result["accuracy"] == 0.0  # 0.1 % off the optimum is not optimal (|Δ| ≤ 1e-5·|f*| + 1e-6)
+    assert result["regret"] == pytest.approx(0.001, rel=1e-6)  # Σ(⟨c, ẑ⟩ − f*) / Σ|f*|
+    assert model.training  # evaluation runs in eval mode and gives the model back as it found it
+    model.eval()
+    evaluate(model, labelled)
+    assert not model.training
+    # labels worse than the decisions (state 1 labelled): a negative regret, not its magnitude
+    worse_labels = PTODataset(x, costs, oracle, solutions=torch.tensor([[0.0, 1.0]] * 4))
+    better = evaluate(_Fixed([1.0, 2.0]), worse_labels)
+    assert better["regret"] == pytest.approx(-0.001 / 1.001, rel=1e-6) and better["accuracy"] == 0.0
+
+
+def test_a_time_limit_stops_after_the_epoch_that_passes_it_in_total(
+    monkeypatch: pytest.MonkeyPatch, data: tuple
+) -> None:
+    from imle_solvers.training import loop
+
+    clock = [0.0]  # every epoch takes exactly one second of this clock; evaluation none
+    real_epoch = loop._train_epoch
+
+    def epoch(*args: object, **kwargs: object) -> None:
+        real_epoch(*args, **kwargs)  # type: ignore[arg-type]
+        clock[0] += 1.0
+
+    monkeypatch.setattr(loop, "_train_epoch", epoch)
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: clock[0])
+    train, test = data
+    kwargs = {"epochs": 6, "batch_size": 48, "seed": 0, "show_progress": False}
+    out = train_model(linear_model(5, 40), "two-stage", train, test, time_limit=2.5, **kwargs)
+    assert out.epoch_times == [1.0, 1.0, 1.0] and len(out.curve) == 4  # 1 + 1 + 1 ≥ 2.5 s
+
+
+def test_the_training_loss_is_the_epochs_mean_over_instances(data: tuple) -> None:
+    train, test = data
+    torch.manual_seed(0)
+    model = linear_model(5, 40)
+    before = [p.detach().clone() for p in model.parameters()]
+    # a learning rate of 1e-12 leaves the model as it was: the epoch's loss is that of the initial model
+    out = train_model(model, "two-stage", train, test, epochs=1, batch_size=32, lr=1e-12, show_progress=False)
+    assert all(torch.allclose(a, b) for a, b in zip(before, model.parameters()))
+    batch = (train.features, train.costs, train.solutions, train.objectives)
+    with torch.no_grad():
+        _, per = build_method("two-stage", train.oracle).loss(model(train.features), batch)
+    assert out.train_loss[0] == pytest.approx(float(per.mean()), rel=1e-4)
+
+
+def test_the_seed_fixes_the_noise_and_the_batch_order(data: tuple) -> None:
+    train, test = data
+    torch.manual_seed(0)
+    initial = linear_model(5, 40).state_dict()
+
+    def trained(method: str, seed: int, global_seed: int) -> list[float]:
+        model = linear_model(5, 40)
+        model.load_state_dict(initial)
+        torch.manual_seed(global_seed)  # what ran before must not matter
+        kwargs = {"epochs": 1, "batch_size": 16, "seed": seed, "show_progress": False}
+        return train_model(model, method, train, test, method_options={"samples": 2}, **kwargs).train_loss
+
+    assert trained("imle-mumu", 3, 0) == trained("imle-mumu", 3, 99)  # the noise follows `seed` only
+    assert trained("two-stage", 3, 0) != trained("two-stage", 4, 0)  # no noise: the batch order differs
+
+
+def test_the_pool_reaches_the_methods_layers(data: tuple) -> None:
+    train, test = data
+    oracle = EnumOracle(np.unique(train.solutions.numpy(), axis=0), "min")
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls: list[int] = []
+
+        def solve_batch(self, oracle: EnumOracle, weights: np.ndarray) -> np.ndarray:
+            self.calls.append(len(weights))
+            return oracle.solve_batch(weights)
+
+    pool = Counting()
+    kwargs = {"epochs": 1, "batch_size": 48, "seed": 0, "show_progress": False}
+    train_model(
+        linear_model(5, 40),
+        "imle-mumu",
+        train,
+        test,
+        pool=pool,
+        train_oracle=oracle,
+        eval_oracle=oracle,
+        **kwargs,
+    )
+    assert len(pool.calls) > 2  # two evaluations and the layers' solves
+    assert pool.calls == oracle.batch_calls  # every solve, training and evaluation, went through the pool
+
+
+@pytest.mark.parametrize("noise", ["sog", "gumbel"])
+def test_run_hands_every_setting_to_training(noise: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers import Gumbel, SumOfGamma
+    from imle_solvers.training import runner
+    from imle_solvers.training.problems import DEFAULTS
+
+    monkeypatch.setitem(
+        DEFAULTS, "shortest-path", DEFAULTS["shortest-path"] | {"dpo_samples": 3, "eval_batch": 7}
+    )
+    seen: list[dict] = []
+    real = runner.train_model
+
+    def recording(*args: object, **kwargs: object) -> object:
+        seen.append(kwargs)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner, "train_model", recording)
+    config = TrainConfig(methods=("dpo",), epochs=2, lr_drops=(1,), n_train=16, n_test=8, samples=2, tau=2.5)
+    run(config.replace(lam=3.0, noise=noise, batch_size=8, lr=0.05, show_progress=False))
+    (kwargs,) = seen
+    options = kwargs["method_options"]
+    assert isinstance(options.noise, SumOfGamma if noise == "sog" else Gumbel) and options.noise.tau == 2.5
+    assert (options.samples, options.lam, options.dpo_samples) == (2, 3.0, 3)
+    assert (kwargs["epochs"], kwargs["batch_size"], kwargs["lr"]) == (2, 8, 0.05)
+    assert (kwargs["lr_milestones"], kwargs["eval_batch"]) == ((1,), 7)
