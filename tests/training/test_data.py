@@ -89,8 +89,12 @@ def test_dataset_protocol_and_split() -> None:
     train, test = d.split(6)
     assert len(train) == 6 and len(test) == 4 and train.oracle is d.oracle
     close(test.costs, d.costs[6:])
+    everything, nothing = d.split(10)  # both ends are allowed: a split with an empty side
+    assert (len(everything), len(nothing)) == (10, 0) and len(d.split(0)[0]) == 0
     with pytest.raises(ValueError):
         d.split(11)
+    with pytest.raises(ValueError):
+        d.split(-1)
     with pytest.raises(ValueError):
         PTODataset(d.features[:3], d.costs, d.oracle)
 
@@ -259,6 +263,9 @@ def test_cache_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.M
     assert cache_dir() == tmp_path / "home" / ".cache" / "imle_solvers"
     monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "mine"))
     assert cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", "~/mine")  # as a shell profile may write it, unexpanded
+    assert cache_dir() == tmp_path / "home" / "mine"
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path / "mine"))
     assert not (tmp_path / "mine").exists()  # created on first write only
 
 
@@ -305,3 +312,36 @@ def test_knapsack_rejects_bad_capacities_and_backends(options: dict, message: st
 
     with pytest.raises(ValueError, match=re.escape(message)):
         knapsack(4, **options)
+
+
+def test_the_generators_documented_defaults_are_pinned() -> None:
+    # PyEPO's protocol: 5 features, the 5 × 5 grid, degree 1, no noise, data seed 135; the knapsack's
+    # 32 items, 2 resources of capacity 20, solved by TorchKnapsack
+    import inspect
+
+    from imle_solvers.data import knapsack
+
+    def defaults(function: object) -> dict[str, object]:
+        params = inspect.signature(function).parameters.values()  # type: ignore[arg-type]
+        return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+    assert defaults(shortest_path) == {
+        "num_features": 5,
+        "grid": (5, 5),
+        "deg": 1,
+        "noise_width": 0.0,
+        "seed": 135,
+    }
+    assert defaults(knapsack) == {
+        "num_features": 5,
+        "num_items": 32,
+        "dim": 2,
+        "capacity": 20.0,
+        "deg": 1,
+        "noise_width": 0.0,
+        "seed": 135,
+        "backend": "torch",
+    }
+    torch.testing.assert_close(
+        shortest_path(4).costs, shortest_path(4, seed=135).costs
+    )  # what it is called with

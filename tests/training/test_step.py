@@ -143,6 +143,20 @@ def test_make_step_and_its_errors(problem: Problem) -> None:
     assert running > 0 and all(p.grad is not None for p in model.parameters())  # one full step ran
 
 
+def test_under_autocast_the_method_gets_float32_weights(problem: Problem) -> None:
+    # the model runs in bfloat16; the layers, losses and solvers get ĉ in float32
+    model = problem.model()
+    method = build_method("imle-mumu", problem.train_oracle, samples=1)
+    seen: list[torch.dtype] = []
+    rule = method.rule
+    method.rule = lambda c_hat, batch: (seen.append(c_hat.dtype), rule(c_hat, batch))[1]  # type: ignore[assignment]
+    opt = torch.optim.Adam(model.parameters())
+    step = make_step("off", model, method, opt, problem.train, torch.zeros(()), batch_size=8, amp=True)
+    step(torch.arange(8))
+    step(torch.arange(8, 16))
+    assert seen == [torch.float32, torch.float32]
+
+
 def test_the_compiled_model_trains_as_the_eager_one(
     problem: Problem, monkeypatch: pytest.MonkeyPatch
 ) -> None:
