@@ -532,3 +532,14 @@ def test_demo_writes_learning_curve_png(tmp_path: Path, capsys: pytest.CaptureFi
     assert png.read_bytes().startswith(b"\x89PNG")
     assert f"learning curves: {png.resolve()}" in out
     assert "imle-mumu" in out and "spo+" in out and "two-stage" in out
+
+
+def test_ctrl_c_while_a_command_loads_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(name: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert cli.main(["train"]) == 130  # 128 + SIGINT, as a shell reports it
+    assert capsys.readouterr().err == "interrupted\n"

@@ -150,3 +150,19 @@ def test_the_default_target_meets_the_goal_on_the_full_harness() -> None:
     for row in rows:
         if row["suite"] == "summary":
             assert row["cosine"] >= 0.75, row
+
+
+def test_the_standard_error_shrinks_with_the_square_root_of_the_rows() -> None:
+    # the error bar of the mean of `rows` one-sample estimates: std / √rows
+    theta = torch.randn(8, generator=gen(0), dtype=torch.float64)
+    target = torch.rand(8, generator=gen(1), dtype=torch.float64)
+
+    def loss(z: torch.Tensor) -> torch.Tensor:
+        return ((z - target) ** 2).sum(-1)
+
+    errors = []
+    for rows in (500, 2000):
+        layer = IMLE(TopK(3, 8), noise=Gumbel(), generator=gen(rows))
+        _, error = harness.mean_estimate(layer, theta, loss, rows)
+        errors.append(float(error.mean()))
+    assert 0.4 < errors[1] / errors[0] < 0.6  # 1/√4, up to the spread of a sample standard deviation

@@ -58,6 +58,9 @@ def test_relaxed_samplers() -> None:
     assert float(L2XRelaxedTopK(5, 0.1)(theta).max()) <= 1.0  # a max of softmaxes
     soft = SoftSub(5, 0.5)(theta)
     assert torch.allclose(soft.sum(-1), torch.full((4,), 5.0), atol=1e-3)  # k rounds of a softmax
+    dominant = torch.zeros(8, 30)
+    dominant[:, 0] = 20.0  # item 0 wins the first round outright; α₀ + log(1 − a₀) takes it out of the rest
+    torch.testing.assert_close(SoftSub(5, 0.5)(dominant)[:, 0], torch.ones(8))
     with pytest.raises(ValueError, match="temperature"):
         SoftSub(3, 0.0)
 
@@ -129,6 +132,8 @@ def test_registry_labels_and_help() -> None:
     config = l2x.L2XConfig(lam=7.0, tau_factor=2.0)
     sampler = l2x.METHODS["imle-sog"]().make(5, 50, config, None)
     assert sampler.target.lam == 7.0 and sampler.noise.tau == 10.0  # λ and τ = factor · k from the config
+    gumbel = l2x.METHODS["imle-gumbel"]().make(5, 50, config, None)
+    assert gumbel.target.lam == 7.0 and gumbel.noise.tau == 1.0  # λ from the config, Gumbel(0, 1)
     assert isinstance(l2x.METHODS["softsub"]().make(5, 50, config, None), SoftSub)
     assert l2x.METHODS.help("ste").startswith("Straight-through estimator")
 

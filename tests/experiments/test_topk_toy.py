@@ -204,6 +204,10 @@ def test_run_toy_tiny_has_the_right_structure() -> None:
             assert row["lr"] == pytest.approx(row["lam"] * row["eta"])  # the paper's unscaled step
         else:
             assert row["lam"] is None and row["lr"] == row["eta"]
+    for point in result.grid:  # every grid point, λ = 3 included: the SGD rate is η λ for I-MLE
+        if point["lam"] is not None:
+            assert point["lr"] == pytest.approx(point["lam"] * point["eta"])
+    assert any(point["lam"] == 3.0 for point in result.grid)
     json.dumps(result.to_dict())  # serialisable
     row = result.rows[0]
     assert isinstance(row, topk_toy.ToyRow) and row["gap"] == row.gap  # mapping-style access kept

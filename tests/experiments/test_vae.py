@@ -136,6 +136,14 @@ def test_vae_registry() -> None:
     layer = method.make(method.k, None)
     assert (method.k, layer.target.lam, layer.noise.tau) == (10, 10.0, 10.0)
     assert vae.METHODS["gsm-categorical"]().k == 1
+    gsm = vae.METHODS["gsm-categorical"]()
+    relaxed = gsm.make(gsm.k, torch.Generator().manual_seed(0))
+    assert relaxed.temperature == 0.5  # the paper's Gumbel-softmax temperature
+    theta = torch.randn(3, 4, 10)
+    noisy = relaxed(theta)
+    assert not torch.allclose(noisy, torch.softmax(theta / 0.5, dim=-1))  # training: Gumbel noise
+    relaxed.eval()  # evaluation: no noise, the tempered softmax of θ
+    torch.testing.assert_close(relaxed(theta), torch.softmax(theta / 0.5, dim=-1))
     assert vae.METHODS.help("ste-gumbel") == "Straight-through estimator, Gumbel(0, 1) noise"
 
 

@@ -144,8 +144,9 @@ def test_make_step_and_its_errors(problem: Problem) -> None:
 
 
 def test_under_autocast_the_method_gets_float32_weights(problem: Problem) -> None:
-    # the model runs in bfloat16; the layers, losses and solvers get ĉ in float32
-    model = problem.model()
+    # the model runs in bfloat16 (its linear head outputs bfloat16); layers, losses and solvers get float32
+    m = problem.train.costs.shape[1]
+    model = torch.nn.Sequential(problem.model(), torch.nn.Linear(m, m))
     method = build_method("imle-mumu", problem.train_oracle, samples=1)
     seen: list[torch.dtype] = []
     rule = method.rule

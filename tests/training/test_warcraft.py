@@ -113,6 +113,7 @@ HEADER_DEFECTS = [
         "holds uint8 [28, 3, 32, 32], expected uint8 [N, H, W, 3]",
     ),
     (_rewrite("maps", lambda a: a[:, :2, :2]), "holds 2×2 images, fewer pixels than 4×4 cells"),
+    (_rewrite("maps", lambda a: a[:, :, :2]), "holds 32×2 images, fewer pixels than 4×4 cells"),  # one side
     (_rewrite("shortest_paths", lambda a: a[:, :3, :3]), "expected bool, integer or float [N, 4, 4]"),
     (
         _rewrite("vertex_weights", lambda a: a > 1),
