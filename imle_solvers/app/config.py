@@ -211,12 +211,20 @@ def number(value: Any) -> float:
 
 
 def count(value: Any) -> int:
-    """The constraint of a count setting (epochs, samples, a width, …): a positive integer."""
+    """The constraint of a count setting (epochs, samples, a width, …): a positive integer.
+
+    Given as ``check=count`` to [`option`][imle_solvers.app.config.option]; a value below 1, a
+    fraction or a bool is refused with a [`ConfigError`][imle_solvers.errors.ConfigError] naming the
+    field.
+    """
     return positive_int("", value)
 
 
 def positive_number(value: Any) -> float:
-    """The constraint of a rate, scale or temperature setting: a number above 0."""
+    """The constraint of a rate, scale or temperature setting: a number above 0.
+
+    Given as ``check=positive_number`` to [`option`][imle_solvers.app.config.option].
+    """
     return positive("", value)
 
 

@@ -195,7 +195,7 @@ def _layer_rows(
             "per_row_ms": medians["step"] * 1e3 / (2 * BATCH * SAMPLES),
             "vs_serial": medians["bare"] / medians["step"],
             "plan": (
-                f"bare {medians['bare'] * 1e3:.1f} ms, pool {medians['pool'] * 1e3:.1f} ms: step +{over:.1%}"
+                f"bare {medians['bare'] * 1e3:.1f} ms, pool {medians['pool'] * 1e3:.1f} ms: step {over:+.1%}"
             ),
             "goal": f"step ≤ 1.10× {what}",
             "met": "yes" if over <= 0.10 else "no",
