@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ._checks import in_range, non_negative, positive
+from ._collective import Sync, batch_norms, finite_part, sync_group
 from .target import Solve, TargetDistribution, map_difference, pid_estimate
 
 __all__ = ["AdaptiveTarget", "RowAdaptiveTarget"]
@@ -45,35 +46,6 @@ def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     if dim is None:
         return torch.linalg.vector_norm(x / safe) * safe
     return torch.linalg.vector_norm(x / safe, dim=dim, keepdim=True) * safe
-
-
-@dataclasses.dataclass(frozen=True)
-class _Sync:
-    """Combine statistics over the processes of ``group`` (``None``: the default group)."""
-
-    group: Any = None
-
-
-def _sync_group(sync: bool, group: Any) -> _Sync | None:
-    """How to combine statistics over the processes, or ``None`` (one process, or ``sync=False``)."""
-    if not sync:
-        return None
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) <= 1:
-        return None
-    return _Sync(group)
-
-
-def _global_norms(norms: torch.Tensor, group: Any) -> torch.Tensor:
-    """``[k]`` norms of this process's rows → the ``[k]`` norms over every process's rows,
-    ``‖(‖x_r‖)_r‖``: one all-gather, the norms of the norms scaled as `_norm` scales (no host sync)."""
-    import torch.distributed as dist
-
-    local = norms.to(torch.float64)
-    parts = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, local, group=group)  # every process's norms   W × [k]
-    return _norm(torch.stack(parts), dim=0).squeeze(0).to(norms.dtype)  # [k]
 
 
 class AdaptiveTarget(nn.Module, TargetDistribution):
@@ -178,22 +150,22 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         self.register_buffer("last_update", torch.tensor(0.0, dtype=torch.float64))
 
     def _reach(
-        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: _Sync | None = None
+        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: Sync | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(β‖θ‖, ‖∇zL‖)`` over the batch, 0-dim tensors on θ's device; ``λ = β‖θ‖/‖∇zL‖``.
 
         ``‖θ‖`` is the norm of θ repeated over the S samples (``√S·‖θ‖``), as in the reference's target
         step, so that S identical samples under a loss averaged over S give the one-sample gradient.
-        Both norms are scaled by their largest entry before squaring: no under- or overflow at loss
-        scales of 1e±30 in float32.
+        Both norms come from `batch_norms`: scaled by their largest entry (no under- or overflow at loss
+        scales of 1e±30 in float32), computed in float64, and the same bits whether one process holds
+        the batch or several hold shares of it (of any sizes); entries of θ that are not finite
+        (forbidden ``-inf`` pairs) are left out.
         """
-        beta = self.beta.to(device=theta.device, dtype=theta.dtype)
+        beta = self.beta.to(device=theta.device, dtype=torch.float64)
         repeats = grad_z.shape[1] if grad_z.dim() == 3 and theta.dim() == 3 and theta.shape[1] == 1 else 1
-        theta_norm = _norm(theta) * math.sqrt(repeats)  # ‖θ‖ over N·S rows   []
-        grad_norm = _norm(grad_z)  # ‖∇zL‖   []
-        if sync is not None:  # over every process's rows: the global batch
-            theta_norm, grad_norm = _global_norms(torch.stack([theta_norm, grad_norm]), sync.group).unbind()
-        return beta * theta_norm, grad_norm  # β‖θ‖, ‖∇zL‖   [], []
+        norms = batch_norms([finite_part(theta), grad_z], sync)  # over every process's rows: the global batch
+        theta_norm = norms[0] * math.sqrt(repeats)  # ‖θ‖ over N·S rows (finite entries)   []
+        return (beta * theta_norm).to(theta.dtype), norms[1].to(theta.dtype)  # β‖θ‖, ‖∇zL‖   [], []
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """λ = β‖θ‖/‖∇zL‖ over the whole batch (0 when ∇zL = 0), a 0-dim tensor on θ's device.
@@ -210,7 +182,7 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         return theta - step  # θ' = θ − λ ∇zL
 
     def _step(
-        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: _Sync | None = None
+        self, theta: torch.Tensor, grad_z: torch.Tensor, sync: Sync | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(λ ∇zL, 1/λ)`` as ``β‖θ‖ · ∇zL/‖∇zL‖`` and ``‖∇zL‖/(β‖θ‖)`` (0 where λ = 0)."""
         reach, grad_norm = self._reach(theta, grad_z, sync)  # β‖θ‖, ‖∇zL‖   [], []
@@ -229,14 +201,14 @@ class AdaptiveTarget(nn.Module, TargetDistribution):
         grad_z: torch.Tensor,
         solve: Solve,
     ) -> torch.Tensor:
-        sync = _sync_group(self.sync, self.process_group)  # None: this process alone
+        sync = sync_group(self.sync, self.process_group)  # None: this process alone
         step, inverse = self._step(theta, grad_z, sync)  # λ∇zL   [N, S, m], 1/λ   []
         diff = map_difference(theta, eps, z, step, solve, self.two_sided)  # [N, S, m]
         self._update(diff, sync)
         return (diff * inverse).sum(dim=1)  # Σ_s diff_s / λ   [N, m]
 
     @torch.no_grad()
-    def _update(self, diff: torch.Tensor, sync: _Sync | None = None) -> None:
+    def _update(self, diff: torch.Tensor, sync: Sync | None = None) -> None:
         """One step of the published β update, on the buffers' device (moved to ``diff``'s first); with
         a process group, from the nonzero count of every process's rows."""
         if self.beta.device != diff.device:
@@ -339,7 +311,7 @@ class RowAdaptiveTarget(TargetDistribution):
 
     def lam(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
         """Per-row λ = α·max(‖θ‖, min_norm)/‖∇zL‖ (0 where ∇zL = 0), shape ``[N, S, 1]``."""
-        theta_norm = _norm(theta, dim=-1).clamp_min(self.min_norm)  # ‖θ‖    [N, 1, 1]
+        theta_norm = _norm(finite_part(theta), dim=-1).clamp_min(self.min_norm)  # ‖θ‖ (finite)  [N, 1, 1]
         grad_norm = _norm(grad_z, dim=-1)  # ‖∇zL‖  [N, S, 1]
         tiny = torch.finfo(grad_z.dtype).tiny
         ratio = theta_norm / grad_norm.clamp_min(tiny)
@@ -366,11 +338,11 @@ class RowAdaptiveTarget(TargetDistribution):
         """α ← α·exp(±step) so that the nonzero fraction of the gradient tracks the target."""
         if self.step == 0:
             return
-        sync = _sync_group(self.sync, self.process_group)
+        sync = sync_group(self.sync, self.process_group)
         if sync is None:
             if grad.numel() == 0:
                 return
-            nonzero = float((grad != 0).to(torch.float32).mean())
+            nonzero = int(torch.count_nonzero(grad)) / grad.numel()  # the same division as several processes
         else:
             import torch.distributed as dist
 

@@ -117,37 +117,52 @@ def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
     return out
 
 
-def adaptive_states(distributed: DistributedContext | None, variant: str) -> dict[str, Any]:
-    """Six SGD steps on global batches of 8 (shares of 4) of a linear model and an I-MLE layer with an
-    adaptive target; the target's state after every step and the final weights."""
+ADAPTIVE_BATCHES = (8, 9)
+"""Global batches of check 3: 8 (shares of 4 and 4) and 9 (5 and 4, and a last batch of 3: 2 and 1)."""
+
+
+def adaptive_states(
+    distributed: DistributedContext | None, variant: str, batch: int = 8, dtype: torch.dtype = torch.float64
+) -> dict[str, Any]:
+    """SGD steps over 48 rows in global batches of ``batch`` of a linear model and an I-MLE layer with an
+    adaptive target; the target's state after every step and the final weights.
+
+    Every process's loss is ``W/B ×`` the sum over its share (B the global batch, W the processes), so
+    that DDP's average of the processes' gradients is the mean over the global batch whatever the shares'
+    sizes, as a hand-written loop does it; the layer then sees ``W·∇zL`` of one process, which the
+    targets' positive homogeneity absorbs (W = 2: exactly).
+    """
     from torch.nn.parallel import DistributedDataParallel
 
     from imle_solvers import IMLE, AdaptiveTarget, RowAdaptiveTarget, SumOfGamma, TopK
     from imle_solvers.training.distributed import Shard, shard_noise
 
     data = torch.Generator().manual_seed(1)
-    x = torch.randn(48, 6, generator=data, dtype=torch.float64)
-    c = torch.randn(48, 10, generator=data, dtype=torch.float64)
+    x = torch.randn(48, 6, generator=data, dtype=torch.float64).to(dtype)
+    c = torch.randn(48, 10, generator=data, dtype=torch.float64).to(dtype)
     torch.manual_seed(0)
     target: Any = (
         RowAdaptiveTarget(nonzero_target=0.3, step=0.1)
         if variant == "row"
         else AdaptiveTarget(nonzero_target=2.5, step=0.05, momentum=0.5, sync=variant != "unsynced")
     )
-    linear = torch.nn.Linear(6, 10).double()
+    linear = torch.nn.Linear(6, 10).to(dtype)
     layer = IMLE(TopK(3, 10), SumOfGamma(), target, samples=3)
     net: torch.nn.Module = torch.nn.Sequential(linear, layer) if variant == "inside" else linear
-    rows = Shard(0, 8, 8)
+    world = 1 if distributed is None else distributed.world_size
+    rows = Shard(0, batch, batch)
     if distributed is not None:
         net = DistributedDataParallel(net)  # broadcast_buffers: rank 0's buffers at every forward
         shard_noise([layer], rows)  # the noise of the global batch, as one process draws it
-        rows.start, rows.stop = distributed.share(8)
     opt = torch.optim.SGD(linear.parameters(), lr=0.1)
     states = []
-    for step in range(6):
-        batch = slice(8 * step + rows.start, 8 * step + rows.stop)  # this process's share
-        z = net(x[batch]) if variant == "inside" else layer(net(x[batch]))  # MAP(θ + ε)   [b, 3, 10]
-        loss = (c[batch].unsqueeze(1) * z).sum(-1).mean()  # equal shares: DDP's mean is the global one
+    for begin in range(0, 48, batch):
+        total = min(batch, 48 - begin)  # the last batch may be smaller
+        rows.start, rows.stop = (0, total) if distributed is None else distributed.share(total)
+        rows.total = total
+        part = slice(begin + rows.start, begin + rows.stop)  # this process's share
+        z = net(x[part]) if variant == "inside" else layer(net(x[part]))  # MAP(θ + ε)   [b, 3, 10]
+        loss = (c[part].unsqueeze(1) * z).sum() * (world / total)  # DDP's average: the global mean
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -155,7 +170,17 @@ def adaptive_states(distributed: DistributedContext | None, variant: str) -> dic
             states.append([target.alpha])
         else:
             states.append([float(target.beta), float(target.nonzeros), float(target.last_update)])
-    return {"states": states, "weight": linear.weight.detach().flatten().tolist()}
+    return {"states": states, "weight": linear.weight.detach().double().flatten().tolist()}
+
+
+def adaptive_cases() -> list[tuple[str, int, torch.dtype]]:
+    """Every (variant, global batch, dtype) of check 3: both batches in float64, the odd one in float32."""
+    cases = [(v, b, torch.float64) for v in ADAPTIVE_VARIANTS for b in ADAPTIVE_BATCHES]
+    return cases + [(v, 9, torch.float32) for v in ADAPTIVE_VARIANTS if v != "unsynced"]
+
+
+def case_key(variant: str, batch: int, dtype: torch.dtype) -> str:
+    return f"{variant}-{batch}-{str(dtype).removeprefix('torch.')}"
 
 
 def main(out: Path) -> int:
@@ -170,7 +195,7 @@ def main(out: Path) -> int:
     assert group is not None and group.world_size == 2 and group.rank == rank
     result = train_float64(group)
     (out / f"float64-rank{rank}.json").write_text(json.dumps(result))
-    states = {variant: adaptive_states(group, variant) for variant in ADAPTIVE_VARIANTS}
+    states = {case_key(*case): adaptive_states(group, *case) for case in adaptive_cases()}
     (out / f"adaptive-rank{rank}.json").write_text(json.dumps(states))
     return 0
 

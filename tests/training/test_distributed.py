@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imle_solvers import IMLE, FenchelYoungLoss, Gumbel, NoNoise, SumOfGamma, TopK
@@ -38,7 +38,14 @@ from imle_solvers.training.distributed import (
 from imle_solvers.training.loop import _global_rows
 from tests.support.launch import torchrun
 from tests.support.paths import ROOT
-from tests.training.ddp_worker import ADAPTIVE_VARIANTS, FLOAT64_METHODS, TINY, adaptive_states, train_float64
+from tests.training.ddp_worker import (
+    FLOAT64_METHODS,
+    TINY,
+    adaptive_cases,
+    adaptive_states,
+    case_key,
+    train_float64,
+)
 
 # --- shares, checks and the environment (no processes) ------------------------------------------------
 
@@ -289,16 +296,21 @@ def test_adaptive_targets_on_two_processes_hold_the_state_of_one(
     out, done = two_processes
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [json.loads((out / f"adaptive-rank{r}.json").read_text()) for r in (0, 1)]
-    for variant in ADAPTIVE_VARIANTS:
-        one = adaptive_states(None, variant)  # one process, the global batches
+    for case in adaptive_cases():
+        key = case_key(*case)
+        one = adaptive_states(None, *case)  # one process, the global batches
         moved = {tuple(state) for state in one["states"]}
-        assert len(moved) > 2, variant  # the state moves step by step (a test that can fail)
+        assert len(moved) > 2, key  # the state moves step by step (a test that can fail)
         for got in ranks:
-            if variant == "unsynced":  # each process adapts to its own share: not the state of one
-                assert not np.allclose(got[variant]["states"], one["states"], rtol=1e-6), variant
+            if case[0] == "unsynced":  # each process adapts to its own share: not the state of one
+                assert not np.allclose(got[key]["states"], one["states"], rtol=1e-6), key
                 continue
-            close_lists(got[variant]["states"], one["states"], 1e-9, variant)  # β, n̄, u (α) per step
-            np.testing.assert_allclose(got[variant]["weight"], one["weight"], rtol=1e-9, err_msg=variant)
+            # β, n̄, u (α) after every step: the same bits, equal shares or not (a global batch of 9 is
+            # cut 5 / 4, its last batch of 3 cut 2 / 1), in float32 as in float64
+            assert got[key]["states"] == one["states"], key
+            # the weights: DDP sums the two shares' gradients in another order than one process does
+            rtol = 1e-12 if case[2] == torch.float64 else 1e-5
+            np.testing.assert_allclose(got[key]["weight"], one["weight"], rtol=rtol, err_msg=key)
 
 
 @pytest.mark.slow  # two fresh interpreters and torchrun's agent: 10-20 s
@@ -470,7 +482,10 @@ def _mirrored_group(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         for part in parts:
             part.copy_(tensor)
 
-    def all_reduce(tensor: torch.Tensor, group: object = None) -> None:
+    def all_reduce(tensor: torch.Tensor, op: object = dist.ReduceOp.SUM, group: object = None) -> None:
+        if op == dist.ReduceOp.MAX:
+            calls.append("all_reduce max")  # the same largest entries on both
+            return
         calls.append("all_reduce")
         tensor.mul_(2)
 
@@ -519,8 +534,69 @@ def test_adaptive_target_combines_its_statistics_without_a_host_sync(
     alone, one = step(sync=False)
     assert calls == []  # sync=False: no collective
     mirrored, two = step(sync=True)
-    assert calls == ["all_gather", "all_reduce"]  # the norms behind λ, the counts behind β
+    # the largest entries and the fixed-point sums behind λ's norms, then the counts behind β
+    assert calls == ["all_reduce max", "all_reduce", "all_reduce"]
     torch.testing.assert_close(mirrored, alone)  # λ from the combined norms: the same
     for name in ("beta", "nonzeros", "last_update"):
         torch.testing.assert_close(getattr(two, name), getattr(one, name))
     assert float(one.nonzeros) != 1.0  # the state moved
+
+
+class _Stop(Exception):
+    """Ends a replayed `batch_norms` call once the collective of interest is seen."""
+
+
+def _norms_over_shares(parts: Sequence[Sequence[torch.Tensor]]) -> list[torch.Tensor]:
+    """What each process returns from `batch_norms` when process ``r`` holds ``parts[r]`` (its share of
+    every tensor). Its two collectives are played out across the processes in turn: the largest entries
+    (max), then the fixed-point sums (sum)."""
+    import torch.distributed as dist
+
+    from imle_solvers._collective import Sync, batch_norms
+
+    def play(share_: Sequence[torch.Tensor], peaks: torch.Tensor | None, sums: torch.Tensor | None) -> Any:
+        seen: list[torch.Tensor] = []
+
+        def all_reduce(tensor: torch.Tensor, op: object = dist.ReduceOp.SUM, group: object = None) -> None:
+            given = peaks if op == dist.ReduceOp.MAX else sums
+            if given is None:  # the collective whose inputs are gathered now
+                seen.append(tensor.clone())
+                raise _Stop
+            tensor.copy_(given)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(dist, "all_reduce", all_reduce)
+            try:
+                return batch_norms(list(share_), Sync())
+            except _Stop:
+                return seen[0]
+
+    peaks = torch.stack([play(p, None, None) for p in parts]).amax(dim=0)  # every process's maxima
+    sums = torch.stack([play(p, peaks, None) for p in parts]).sum(dim=0)  # every process's sums
+    return [play(p, peaks, sums) for p in parts]
+
+
+@given(
+    rows=st.integers(2, 40),
+    world=st.integers(2, 4),
+    scale=st.sampled_from([1e-30, 1.0, 1e30]),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None)
+def test_batch_norms_are_the_same_bits_however_the_rows_are_shared(
+    rows: int, world: int, scale: float, dtype: torch.dtype, seed: int
+) -> None:
+    from imle_solvers._collective import batch_norms
+
+    gen = torch.Generator().manual_seed(seed)
+    theta = (torch.randn(rows, 1, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
+    grad = (torch.randn(rows, 3, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
+    one = batch_norms([theta, grad])  # one process, the whole batch
+    want = torch.stack([theta.double().norm(), grad.double().norm()])
+    torch.testing.assert_close(one, want, rtol=1e-6, atol=0)
+    if rows < world:
+        return
+    parts = [[theta[a:b], grad[a:b]] for a, b in (share(rows, r, world) for r in range(world))]
+    for got in _norms_over_shares(parts):  # e.g. 17 / 16 of 33 rows on two processes
+        assert torch.equal(got, one)  # to the last bit
