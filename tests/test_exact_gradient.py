@@ -166,3 +166,40 @@ def test_the_standard_error_shrinks_with_the_square_root_of_the_rows() -> None:
         _, error = harness.mean_estimate(layer, theta, loss, rows)
         errors.append(float(error.mean()))
     assert 0.4 < errors[1] / errors[0] < 0.6  # 1/√4, up to the spread of a sample standard deviation
+
+
+def test_per_draw_figures_average_groups_of_draws() -> None:
+    exact = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    # four one-sample estimates: two zero, one along the exact gradient, one against it
+    per_row = torch.tensor([[0.0, 0.0], [0.0, 0.0], [2.0, 0.0], [-1.0, 1.0]], dtype=torch.float64)
+    cos_1, mse_1 = harness.per_draw(per_row, exact, 1)
+    assert cos_1 == pytest.approx((0 + 0 + 1 - 1 / math.sqrt(2)) / 4)  # a zero draw has cosine 0
+    assert mse_1 == pytest.approx((1 + 1 + 1 + 5) / 4)  # ‖g − ∇‖² / ‖∇‖² per draw
+    cos_2, mse_2 = harness.per_draw(per_row, exact, 2)  # averages (0, 0) and (0.5, 0.5)
+    assert cos_2 == pytest.approx((0 + 1 / math.sqrt(2)) / 2)
+    assert mse_2 == pytest.approx((1 + 0.5) / 2)
+    cos_4, _ = harness.per_draw(per_row, exact, 4)  # one average (0.25, 0.25)
+    assert cos_4 == pytest.approx(1 / math.sqrt(2))
+    partial = harness.per_draw(per_row[:3], exact, 2)  # the third draw makes no full group: dropped
+    assert partial == harness.per_draw(per_row[:2], exact, 2)
+
+
+def test_the_harness_reports_what_single_draws_give() -> None:
+    rows = harness.run(
+        estimators=["IMLE default", "PerturbedTarget(lam=0.1)", "STE"],
+        problems=["subsets"],
+        rows=640,
+        instances=1,
+        taus=(1.0,),
+        alphas=(1.0,),
+        offsets=(0.0,),
+    )
+    summary = {r["estimator"]: r for r in rows if r["suite"] == "summary"}
+    for row in summary.values():
+        assert {f"cos_{n}" for n in harness.DRAWS} <= row.keys() and 0 <= row["zero_share"] <= 1
+        # averaging more draws cannot move further from the exact gradient on average
+        assert row["rel_mse_1"] >= row["rel_mse_8"] >= row["rel_mse_32"] - 1e-9
+        assert row["cos_32"] >= row["cos_1"] - 1e-9
+    # a small fixed step rarely moves the state: most single draws are exactly zero; STE never is
+    assert summary["PerturbedTarget(lam=0.1)"]["zero_share"] > 0.5
+    assert summary["STE"]["zero_share"] == 0.0

@@ -8,7 +8,9 @@ states ``C`` has the exact gradient of its expected loss
 Each estimator's *expected* estimate is measured as the mean of its one-sample estimates over many
 rows that share θ (fixed seeds); the table reports the cosine of that mean to the exact gradient and
 its relative bias ``‖mean − exact‖ / ‖exact‖``, with the Monte-Carlo noise of the mean on the same
-scale, per estimator, problem, loss, loss scale α, offset ``θ + c·1`` and noise temperature τ. The
+scale, per estimator, problem, loss, loss scale α, offset ``θ + c·1`` and noise temperature τ. Beside
+the mean, what training sees: the share of single draws whose estimate is exactly zero, and the cosine
+and relative MSE ``‖ḡ_n − ∇‖² / ‖∇‖²`` of the average ``ḡ_n`` of n = 1, 8, 32 draws (`DRAWS`). The
 perturbation is the library's default noise at temperature τ (Sum-of-Gamma with κ the mean state
 size, Theorem 1), which makes perturb-and-MAP approximate ``p`` at that temperature.
 
@@ -43,6 +45,7 @@ from ..target import OptimalTarget, PerturbedTarget, RelativeTarget
 from ..topk import TopK
 
 __all__ = [
+    "DRAWS",
     "ESTIMATORS",
     "LOSSES",
     "PROBLEMS",
@@ -57,6 +60,8 @@ __all__ = [
     "knapsack_subsets",
     "mean_estimate",
     "measure",
+    "per_draw",
+    "row_estimates",
     "run",
 ]
 
@@ -220,19 +225,46 @@ def exact_gradient(states: torch.Tensor, theta: torch.Tensor, loss: Loss, tau: f
     return states.T @ (p * centred) / tau  # Σ_z p(z)(L(z) − E[L]) z / τ   [m]
 
 
+def row_estimates(layer: nn.Module, theta: torch.Tensor, loss: Loss, rows: int) -> torch.Tensor:
+    """The layer's one-sample estimates of ``rows`` copies of θ, ``[rows, m]``.
+
+    The loss is summed over the rows, so each row's estimate sees its own unscaled ``∇z L``.
+    """
+    x = theta.to(torch.float64).expand(rows, -1).clone().requires_grad_(True)
+    loss(layer(x)).sum().backward()  # Σ_rows L(z_row)
+    assert x.grad is not None
+    return x.grad  # one estimate per row   [rows, m]
+
+
 def mean_estimate(
     layer: nn.Module, theta: torch.Tensor, loss: Loss, rows: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and standard error of the layer's one-sample estimates over ``rows`` copies of θ.
 
-    The loss is summed over the rows, so each row's estimate sees its own unscaled ``∇z L``.
     Returns ``(mean, stderr)``, both ``[m]``.
     """
-    x = theta.to(torch.float64).expand(rows, -1).clone().requires_grad_(True)
-    loss(layer(x)).sum().backward()  # Σ_rows L(z_row)
-    assert x.grad is not None
-    per_row = x.grad  # one estimate per row   [rows, m]
+    per_row = row_estimates(layer, theta, loss, rows)  # [rows, m]
     return per_row.mean(0), per_row.std(0) / math.sqrt(rows)
+
+
+DRAWS: tuple[int, ...] = (1, 8, 32)
+"""How many one-sample estimates the per-draw figures average: what training sees with S samples."""
+
+
+def per_draw(per_row: torch.Tensor, exact: torch.Tensor, draws: int) -> tuple[float, float]:
+    """``(cosine, relative MSE)`` of the average of ``draws`` one-sample estimates to the exact gradient.
+
+    The rows are cut into groups of ``draws``; each group's average is compared with ``exact``: the
+    mean cosine over the groups (an all-zero average has cosine 0) and the mean of
+    ``‖average − exact‖² / ‖exact‖²``.
+    """
+    groups = per_row.shape[0] // draws
+    averages = per_row[: groups * draws].reshape(groups, draws, -1).mean(dim=1)  # [G, m]
+    norm_x = exact.norm()
+    norms = averages.norm(dim=-1)  # [G]
+    cosines = torch.where(norms > 0, averages @ exact / (norms * norm_x).clamp_min(1e-300), 0.0)
+    rel_mse = (averages - exact).square().sum(dim=-1) / norm_x.square()
+    return float(cosines.mean()), float(rel_mse.mean())
 
 
 def cosine_and_bias(estimate: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
@@ -244,11 +276,20 @@ def cosine_and_bias(estimate: torch.Tensor, exact: torch.Tensor) -> tuple[float,
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """One estimator on one (problem, θ, loss, τ): cosine, relative bias, and the mean's relative noise."""
+    """One estimator on one (problem, θ, loss, τ).
+
+    ``cosine``, ``bias`` and ``noise`` concern the mean of the one-sample estimates (the estimator's
+    expectation); ``zero`` is the share of single draws whose estimate is exactly zero, and
+    ``draw_cosine[n]`` / ``draw_mse[n]`` the cosine and relative MSE of the average of ``n`` draws
+    (`DRAWS`), as a step of training with S = n samples sees it.
+    """
 
     cosine: float
     bias: float
     noise: float
+    zero: float = 0.0
+    draw_cosine: dict[int, float] = dataclasses.field(default_factory=dict)
+    draw_mse: dict[int, float] = dataclasses.field(default_factory=dict)
 
 
 def measure(
@@ -261,14 +302,24 @@ def measure(
     rows: int,
     seed: int,
 ) -> Measurement:
-    """The estimator's mean estimate over ``rows`` rows (noise seeded by ``seed``) against the exact one."""
+    """The estimator's one-sample estimates over ``rows`` rows (noise seeded by ``seed``) against the
+    exact gradient: the mean's cosine, bias and noise, and the per-draw figures."""
     exact = exact_gradient(problem.states, theta, loss, tau)
     layer = factory(problem.oracle, problem.noise(tau), torch.Generator().manual_seed(seed))
     with warnings.catch_warnings():  # a fixed λ losing rows to the loss scale is what the table shows
         warnings.filterwarnings("ignore", message=r"PerturbedTarget\(lam=", category=RuntimeWarning)
-        mean, stderr = mean_estimate(layer, theta, loss, rows)
+        per_row = row_estimates(layer, theta, loss, rows)  # [rows, m]
+    mean, stderr = per_row.mean(0), per_row.std(0) / math.sqrt(rows)
     cosine, bias = cosine_and_bias(mean, exact)
-    return Measurement(cosine, bias, float(stderr.norm()) / float(exact.norm()))
+    draws = {n: per_draw(per_row, exact, n) for n in DRAWS if n <= rows}
+    return Measurement(
+        cosine,
+        bias,
+        float(stderr.norm()) / float(exact.norm()),
+        zero=float(per_row.eq(0).all(dim=-1).double().mean()),
+        draw_cosine={n: c for n, (c, _) in draws.items()},
+        draw_mse={n: e for n, (_, e) in draws.items()},
+    )
 
 
 def run(
@@ -367,11 +418,17 @@ def _run(
 
 
 def _means(got: Sequence[Measurement]) -> dict[str, float]:
-    """Mean and minimum cosine, mean relative bias and noise of a group of measurements."""
+    """Mean and minimum cosine, mean relative bias and noise, and the mean per-draw figures of a group."""
     n = len(got)
-    return {
+    out = {
         "cosine": sum(m.cosine for m in got) / n,
         "min_cosine": min(m.cosine for m in got),
         "rel_bias": sum(m.bias for m in got) / n,
         "mc_noise": sum(m.noise for m in got) / n,
+        "zero_share": sum(m.zero for m in got) / n,
     }
+    for draws in DRAWS:
+        if all(draws in m.draw_cosine for m in got):
+            out[f"cos_{draws}"] = sum(m.draw_cosine[draws] for m in got) / n
+            out[f"rel_mse_{draws}"] = sum(m.draw_mse[draws] for m in got) / n
+    return out
