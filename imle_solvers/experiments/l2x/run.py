@@ -19,7 +19,7 @@ from ...app.report import progress
 from ...app.results import Metric, Summary
 from ...app.session import Session
 from ...errors import ConfigError
-from .methods import METHODS
+from .methods import METHODS, L2XMethod
 from .model import Explainer, Predictor
 from .planted import CorpusSpec, PlantedCorpus, make_corpus, subset_precision
 
@@ -227,8 +227,14 @@ def _evaluate(
 
 
 def _train_one(
-    key: str, k: int, seed: int, splits: tuple[PlantedCorpus, PlantedCorpus, PlantedCorpus], cfg: L2XConfig
+    key: str,
+    k: int,
+    seed: int,
+    splits: tuple[PlantedCorpus, PlantedCorpus, PlantedCorpus],
+    cfg: L2XConfig,
+    method: L2XMethod | None = None,
 ) -> L2XRun:
+    """One run; ``method`` replaces ``METHODS[key]()`` (``bench targets`` passes its own samplers)."""
     device = resolve_device(cfg.device)
     train, val, test = splits
     torch.manual_seed(seed)
@@ -236,7 +242,7 @@ def _train_one(
     explainer = Explainer(vocab, cfg.emb, cfg.filters, cfg.hidden).to(device)
     predictor = Predictor(vocab, k, cfg.emb, cfg.hidden).to(device)
     gen = torch.Generator(device=device).manual_seed(seed + 1)
-    method = METHODS[key]()
+    method = METHODS[key]() if method is None else method
     sampler = method.make(k, length, cfg, gen)
     params = list(explainer.parameters()) + list(predictor.parameters())
     optimiser = torch.optim.Adam(params, lr=cfg.lr)

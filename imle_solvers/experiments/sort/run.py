@@ -18,7 +18,7 @@ from ...app.report import progress
 from ...app.session import Session
 from ...errors import ConfigError
 from .data import DigitPool, Sequences, load_digit_pools, make_sequences
-from .methods import METHODS
+from .methods import METHODS, SortMethod
 from .model import NumberScorer, assignment_weights
 from .results import SUMMARY, SortResult, SortRun, permutation_accuracy
 
@@ -173,7 +173,15 @@ def _evaluate(net: NumberScorer, test: Sequences, n: int, batch: int = 500) -> t
     return permutation_accuracy(predicted, test.permutation, n)
 
 
-def _train_one(key: str, n: int, seed: int, pools: tuple[DigitPool, DigitPool], cfg: SortConfig) -> SortRun:
+def _train_one(
+    key: str,
+    n: int,
+    seed: int,
+    pools: tuple[DigitPool, DigitPool],
+    cfg: SortConfig,
+    method: SortMethod | None = None,
+) -> SortRun:
+    """One run; ``method`` replaces ``METHODS[key]()`` (``bench targets`` passes its own layers)."""
     assert cfg.steps is not None and cfg.n_test is not None
     device = resolve_device(cfg.device)
     train_pool, test_pool = pools
@@ -181,7 +189,7 @@ def _train_one(key: str, n: int, seed: int, pools: tuple[DigitPool, DigitPool], 
     test = make_sequences(test_pool, cfg.n_test, n, cfg.digits, streams[1]).to(device)
     torch.manual_seed(seed)  # the same initial network (and dropout) for every method
     net = NumberScorer(cfg.digits, cfg.channels, cfg.hidden).to(device)
-    method = METHODS[key]()
+    method = METHODS[key]() if method is None else method
     layer = method.make(n, cfg, torch.Generator(device=device).manual_seed(4 * seed + 2))
     optimiser = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     losses: list[torch.Tensor] = []

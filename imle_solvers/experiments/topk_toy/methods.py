@@ -18,7 +18,7 @@ from ...app.registry import Registry
 from ...estimators import STE
 from ...imle import IMLE
 from ...noise import Gumbel, NoiseDistribution, SumOfGamma
-from ...target import PerturbedTarget
+from ...target import PerturbedTarget, TargetDistribution
 from ...topk import TopK
 from .problem import ToyProblem
 
@@ -116,7 +116,11 @@ DEFAULT_METHODS = ("imle-sog", "imle-gumbel", "imle-sog-literal", "ste-gumbel", 
 
 
 def gradient_estimate(
-    problem: ToyProblem, method: ToyMethod, lam: float | None, generator: torch.Generator
+    problem: ToyProblem,
+    method: ToyMethod,
+    lam: float | None,
+    generator: torch.Generator,
+    target: TargetDistribution | None = None,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     """θ ``[N, m]`` → one-sample gradient estimate ``[N, m]`` of ``L`` for every row.
 
@@ -127,9 +131,11 @@ def gradient_estimate(
     method
         The estimator.
     lam
-        λ of the PID target (I-MLE only; ``None`` otherwise).
+        λ of the PID target (I-MLE only; ``None`` otherwise or with ``target``).
     generator
         Source of the estimator's randomness (noise or exact samples).
+    target
+        The I-MLE target instead of ``PerturbedTarget(lam)`` (``bench targets`` compares targets).
     """
     if method.kind == "sfe":
         return lambda theta: problem.sfe_gradient(theta, problem.sample(theta, generator))
@@ -137,8 +143,10 @@ def gradient_estimate(
     assert method.noise is not None
     layer: torch.nn.Module
     if method.kind == "imle":
-        assert lam is not None
-        layer = IMLE(oracle, noise=method.noise, target=PerturbedTarget(lam), generator=generator)
+        if target is None:
+            assert lam is not None
+            target = PerturbedTarget(lam)
+        layer = IMLE(oracle, noise=method.noise, target=target, generator=generator)
     else:
         layer = STE(oracle, noise=method.noise, generator=generator)
 

@@ -20,6 +20,7 @@ import torch
 
 from ..._checks import positive, positive_int
 from ...app.report import progress_bar
+from ...target import TargetDistribution
 from .methods import DEFAULT_METHODS, METHODS, ToyMethod, gradient_estimate
 from .problem import ToyProblem
 from .results import ToyResult, ToyRow
@@ -76,12 +77,14 @@ def _optimise(
     runs: int,
     steps: int,
     generator: torch.Generator,
+    target: TargetDistribution | None = None,
 ) -> torch.Tensor:
-    """``runs`` optimisations per learning rate in one batch; exact ``L`` curves ``[n_lr, runs, steps+1]``."""
+    """``runs`` optimisations per learning rate in one batch; exact ``L`` curves ``[n_lr, runs, steps+1]``
+    (``target``: the I-MLE target instead of ``PerturbedTarget(lam)``)."""
     n_lr, m = len(lrs), problem.m
     theta = problem.theta0.expand(n_lr * runs, m).clone()  # θ₀ for every (lr, run)   [N, m]
     lr = torch.tensor(lrs, dtype=theta.dtype).repeat_interleave(runs).unsqueeze(-1)  # [N, 1]
-    grad_fn = gradient_estimate(problem, method, lam, generator)
+    grad_fn = gradient_estimate(problem, method, lam, generator, target)
     curves = theta.new_empty(steps + 1, n_lr * runs)
     curves[0] = problem.expected_loss(theta)
     buf: torch.Tensor | None = None
