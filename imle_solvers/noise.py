@@ -60,11 +60,21 @@ class NoiseDistribution(abc.ABC):
         return False
 
 
+def _rng(generator: torch.Generator | None) -> dict[str, torch.Generator]:
+    """``generator=`` for a torch sampling call: empty for ``None`` (torch's default generator).
+
+    ``torch.rand(shape, generator=None)`` is a different overload from ``torch.rand(shape)``, one
+    that `torch.compile` cannot trace with a dynamic batch size (it needs concrete sizes): the
+    default generator is therefore never passed by name.
+    """
+    return {} if generator is None else {"generator": generator}
+
+
 def _uniform_open(
     shape: Shape, device: torch.device | str | None, dtype: torch.dtype, generator: torch.Generator | None
 ) -> torch.Tensor:
     """U(0, 1) strictly inside the interval, so that ``log`` never sees 0 or 1."""
-    u = torch.rand(shape, device=device, dtype=dtype, generator=generator)
+    u = torch.rand(shape, device=device, dtype=dtype, **_rng(generator))
     tiny = torch.finfo(dtype).tiny
     return u.clamp_(min=tiny, max=1.0 - torch.finfo(dtype).eps)
 
@@ -79,6 +89,7 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+@torch.compiler.disable
 def _standard_gamma(
     alpha: float,
     shape: Shape,
@@ -95,12 +106,12 @@ def _standard_gamma(
     """
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if dev.type == "cpu":
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        seed = int(torch.randint(0, 2**62, (1,), **_rng(generator)).item())
         np_dtype = np.float32 if dtype in (torch.float32, torch.float16, torch.bfloat16) else np.float64
         draws = np.random.default_rng(seed).standard_gamma(alpha, size=shape, dtype=np_dtype)
         return torch.from_numpy(draws).to(dtype)
     concentration = torch.full(shape, alpha, device=dev, dtype=dtype)
-    return torch._standard_gamma(concentration, generator=generator)
+    return torch._standard_gamma(concentration, **_rng(generator))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,6 +289,7 @@ def _device_name(device: torch.device) -> str:
     return str(device)
 
 
+@torch.compiler.disable
 def _sog_table(
     kappa: float, s: int, device: torch.device, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -393,7 +405,7 @@ class SumOfGamma(NoiseDistribution):
         if table is None:  # exact=True, or a (k, s) whose table cannot be right
             return self._sample_exact(shape, dev, work, generator).to(dtype)
         values, slopes = table
-        u = torch.rand(shape, device=dev, dtype=work, generator=generator)  # U(0, 1)
+        u = torch.rand(shape, device=dev, dtype=work, **_rng(generator))  # U(0, 1)
         pos = torch.logit(u).add_(_T_MAX).mul_(_T_STEP)  # grid position of logit(u) ∈ [−T, T]
         pos = pos.clamp_(0.0, _T_LAST)  # u = 0 gives −inf: the table's first point
         index = pos.to(torch.int32).view(-1)  # i = ⌊pos⌋ (pos ≥ 0)
@@ -442,7 +454,7 @@ class Normal(NoiseDistribution):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         dtype = dtype or torch.get_default_dtype()
-        return self.sigma * torch.randn(shape, device=device, dtype=dtype, generator=generator)
+        return self.sigma * torch.randn(shape, device=device, dtype=dtype, **_rng(generator))
 
 
 @dataclasses.dataclass(frozen=True)
