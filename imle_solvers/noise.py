@@ -60,11 +60,25 @@ class NoiseDistribution(abc.ABC):
         return False
 
 
+def _rand(
+    shape: Shape, device: torch.device | str | None, dtype: torch.dtype, generator: torch.Generator | None
+) -> torch.Tensor:
+    """``torch.rand``, with ``generator=`` passed only when there is one.
+
+    ``torch.rand(shape, generator=None)`` is another overload than ``torch.rand(shape)``, one that
+    `torch.compile` cannot trace with a symbolic batch size (it needs concrete sizes): a layer under
+    ``torch.compile`` then failed at the second batch size. The default generator is never named.
+    """
+    if generator is None:
+        return torch.rand(shape, device=device, dtype=dtype)
+    return torch.rand(shape, device=device, dtype=dtype, generator=generator)
+
+
 def _uniform_open(
     shape: Shape, device: torch.device | str | None, dtype: torch.dtype, generator: torch.Generator | None
 ) -> torch.Tensor:
     """U(0, 1) strictly inside the interval, so that ``log`` never sees 0 or 1."""
-    u = torch.rand(shape, device=device, dtype=dtype, generator=generator)
+    u = _rand(shape, device, dtype, generator)
     tiny = torch.finfo(dtype).tiny
     return u.clamp_(min=tiny, max=1.0 - torch.finfo(dtype).eps)
 
@@ -79,6 +93,7 @@ def _work_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
+@torch.compiler.disable
 def _standard_gamma(
     alpha: float,
     shape: Shape,
@@ -95,11 +110,17 @@ def _standard_gamma(
     """
     dev = torch.device(device) if device is not None else torch.device("cpu")
     if dev.type == "cpu":
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        if generator is None:  # (the default generator is not named: see `_rand`)
+            draw = torch.randint(0, 2**62, (1,))
+        else:
+            draw = torch.randint(0, 2**62, (1,), generator=generator)
+        seed = int(draw.item())
         np_dtype = np.float32 if dtype in (torch.float32, torch.float16, torch.bfloat16) else np.float64
         draws = np.random.default_rng(seed).standard_gamma(alpha, size=shape, dtype=np_dtype)
         return torch.from_numpy(draws).to(dtype)
     concentration = torch.full(shape, alpha, device=dev, dtype=dtype)
+    if generator is None:  # (not named: see `_rand`)
+        return torch._standard_gamma(concentration)
     return torch._standard_gamma(concentration, generator=generator)
 
 
@@ -278,6 +299,7 @@ def _device_name(device: torch.device) -> str:
     return str(device)
 
 
+@torch.compiler.disable
 def _sog_table(
     kappa: float, s: int, device: torch.device, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -393,7 +415,7 @@ class SumOfGamma(NoiseDistribution):
         if table is None:  # exact=True, or a (k, s) whose table cannot be right
             return self._sample_exact(shape, dev, work, generator).to(dtype)
         values, slopes = table
-        u = torch.rand(shape, device=dev, dtype=work, generator=generator)  # U(0, 1)
+        u = _rand(shape, dev, work, generator)  # U(0, 1)
         pos = torch.logit(u).add_(_T_MAX).mul_(_T_STEP)  # grid position of logit(u) ∈ [−T, T]
         pos = pos.clamp_(0.0, _T_LAST)  # u = 0 gives −inf: the table's first point
         index = pos.to(torch.int32).view(-1)  # i = ⌊pos⌋ (pos ≥ 0)
@@ -442,6 +464,8 @@ class Normal(NoiseDistribution):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         dtype = dtype or torch.get_default_dtype()
+        if generator is None:  # (not named: see `_rand`)
+            return self.sigma * torch.randn(shape, device=device, dtype=dtype)
         return self.sigma * torch.randn(shape, device=device, dtype=dtype, generator=generator)
 
 

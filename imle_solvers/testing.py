@@ -13,15 +13,21 @@ length raise [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] na
 [`TorchOracle`][imle_solvers.TorchOracle] gives the same states through ``solve_torch`` and keeps the
 weights' dtype.
 
-Without ``states`` or ``brute_force`` the sense is still checked: every returned state is feasible, so
-the state returned for a row must score at least as well, under that row's weights, as the states
-returned for every other row (and for the negated weights). An oracle that minimises while it declares
-``"max"`` fails this at once.
+Without ``states`` or ``brute_force`` optimality is still checked against what the oracle itself
+returns: every returned state is feasible, so the state returned for a row must score at least as well,
+under that row's weights, as the states returned for every other row, for the negated weights, and for
+probes that make one variable at a time far more and far less attractive than the others. An oracle
+that minimises while it declares ``"max"``, one that answers at random, or one that ignores (some of)
+its weights fails this; one that returns the same state for every weight vector, opposite ones
+included, fails too. What this cannot see (a better state that the oracle never returns) is said in a
+`UserWarning` and in the returned [`ContractReport`][imle_solvers.testing.ContractReport].
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
+import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -30,11 +36,35 @@ import torch
 from .errors import ImleSolversError, InvalidWeightsError
 from .oracle import MapOracle, TorchOracle
 
-__all__ = ["assert_oracle_contract"]
+__all__ = ["ContractReport", "assert_oracle_contract"]
 
 
 _REPEATS = 3
 """How many more times each row is solved to check that the same weights give the same state."""
+_PROBED_VARIABLES = 32
+"""Variables that get a one-variable probe (all of them when there are no more; else a random subset)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ContractReport:
+    """What [`assert_oracle_contract`][imle_solvers.testing.assert_oracle_contract] checked.
+
+    Attributes
+    ----------
+    rows
+        Weight vectors solved and checked (the given or random rows, the tied rows, the probes).
+    distinct_states
+        Distinct states the oracle returned for them (and for the negated rows).
+    reference
+        Whether optimality was checked against a reference (``states`` or ``brute_force``).
+    unchecked
+        What could not be checked, one sentence each (empty with a reference).
+    """
+
+    rows: int
+    distinct_states: int
+    reference: bool
+    unchecked: tuple[str, ...] = ()
 
 
 def _fail(oracle: MapOracle, what: str) -> AssertionError:
@@ -57,28 +87,98 @@ def _has_ties(w: np.ndarray) -> bool:
     return len(np.unique(w)) < len(w)
 
 
-def _check_sense(oracle: MapOracle, weights: np.ndarray, batch: np.ndarray, sign: float, atol: float) -> None:
-    """Each returned state is feasible, so the state of row i must be best among all of them for w_i."""
-    others = [batch]
+def _solve_tolerant(oracle: MapOracle, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(solved rows, their states)``: the batch at once, else row by row; rows the oracle refuses with
+    a typed error (negative costs, negative cycles: allowed by the contract) are left out."""
     try:
-        others.append(np.asarray(oracle.solve_batch(-weights)))  # the opposite extremes
+        return np.arange(len(weights)), np.asarray(oracle.solve_batch(weights))
     except ImleSolversError:
-        pass  # an oracle may refuse negated weights (e.g. negative cycles) with a typed error
-    candidates = np.concatenate(others)  # [K, m] feasible states
-    scores = sign * (weights @ candidates.T)  # score of every candidate under every row   [B, K]
-    own = sign * np.einsum("bm,bm->b", weights, batch)  # [B]
-    tol = atol * np.maximum(1.0, np.abs(weights).sum(axis=1))  # [B]
+        pass
+    kept, states = [], []
+    for i, w in enumerate(weights):
+        try:
+            states.append(np.asarray(oracle.solve(w.copy())))
+        except ImleSolversError:
+            continue
+        kept.append(i)
+    if not kept:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, weights.shape[1]))
+    return np.array(kept), np.stack(states)
+
+
+def _probes(weights: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """Rows that make one variable at a time far more, then far less, attractive than the others (on
+    top of a row of ``weights``, so that the rest still breaks ties): ``(P, m)`` and a name for each.
+
+    They keep the sign pattern of ``weights``: for non-negative weights (costs that must not go
+    negative) the variable is made less attractive by a large weight on it and more attractive by a
+    large weight on every other one; for mixed signs by ``±`` a large weight on it.
+    """
+    m = weights.shape[1]
+    chosen = (
+        np.arange(m) if m <= _PROBED_VARIABLES else np.sort(rng.choice(m, _PROBED_VARIABLES, replace=False))
+    )
+    sign = -1.0 if (weights <= 0).all() and (weights < 0).any() else 1.0  # non-positive weights: mirrored
+    mixed = (weights < 0).any() and (weights > 0).any()
+    rows, names = [], []
+    for n, j in enumerate(chosen.tolist()):
+        base = weights[n % len(weights)]
+        large = 1.0 + 2.0 * float(np.abs(base).sum())  # outweighs every other variable together
+        one = np.zeros(m)
+        one[j] = large
+        if mixed:
+            shifts = [(one, f"+{large:.3g} on variable {j}"), (-one, f"−{large:.3g} on variable {j}")]
+        else:
+            rest = large - one
+            shifts = [
+                (sign * one, f"{sign * large:+.3g} on variable {j}"),
+                (sign * rest, f"{sign * large:+.3g} on every variable but {j}"),
+            ]
+        for shift, name in shifts:
+            rows.append(base + shift)
+            names.append(f"the probe {name}")
+    return np.array(rows), names
+
+
+def _check_against_own_states(
+    oracle: MapOracle,
+    weights: np.ndarray,
+    batch: np.ndarray,
+    sign: float,
+    atol: float,
+    rng: np.random.Generator,
+) -> tuple[int, np.ndarray]:
+    """Each returned state is feasible, so the state of every row (and of every probe) must be best,
+    under that row's weights, among all the states the oracle returned. Returns the rows checked and
+    the distinct states seen."""
+    names = [f"row {i}" for i in range(len(batch))]
+    solved, negated = _solve_tolerant(oracle, -weights)  # the opposite extremes
+    names += [f"the negated row {i}" for i in solved.tolist()]
+    probe_weights, probe_names = _probes(weights, rng)
+    solved, probe_states = _solve_tolerant(oracle, probe_weights)
+    probe_weights = probe_weights[solved]
+    names += [probe_names[i] for i in solved.tolist()]
+    rows = np.concatenate([weights, probe_weights])  # the rows whose state is checked   [B + P, m]
+    own_states = np.concatenate([batch, probe_states])  # [B + P, m]
+    candidates = np.concatenate([batch, negated, probe_states])  # [K, m] feasible states
+    if candidates.shape[1:] != (weights.shape[1],) or not np.isfinite(candidates).all():
+        raise _fail(oracle, "solve_batch returned non-finite states or states of the wrong shape")
+    scores = sign * (rows @ candidates.T)  # score of every candidate under every row   [B + P, K]
+    own = sign * np.einsum("bm,bm->b", rows, own_states)  # [B + P]
+    tol = atol * np.maximum(1.0, np.abs(rows).sum(axis=1))  # [B + P]
     worse = np.flatnonzero(own < scores.max(axis=1) - tol)
     if worse.size:
         i = int(worse[0])
         j = int(scores[i].argmax())
-        source = f"row {j}" if j < len(batch) else f"the negated row {j - len(batch)}"
+        mine = names[i] if i < len(batch) else names[len(batch) + len(negated) + i - len(batch)]
         raise _fail(
             oracle,
-            f"row {i}: the state returned for {source} scores {sign * scores[i, j]:.6g} under row {i}'s "
-            f"weights, better in the declared sense {oracle.sense!r} than the state returned for row {i} "
-            f"({sign * own[i]:.6g}); does the oracle optimise the other sense?",
+            f"{mine}: the state returned for {names[j]} scores {sign * scores[i, j]:.6g} under "
+            f"{mine}'s weights, better in the declared sense {oracle.sense!r} than the state returned "
+            f"for {mine} ({sign * own[i]:.6g}); does the oracle optimise the other sense, or ignore "
+            "some of its weights?",
         )
+    return len(rows), np.unique(candidates, axis=0)
 
 
 def assert_oracle_contract(
@@ -92,8 +192,12 @@ def assert_oracle_contract(
     picklable: bool = True,
     seed: int = 0,
     atol: float = 1e-6,
-) -> None:
+) -> ContractReport:
     """Raise ``AssertionError`` naming the first broken promise of the oracle contract.
+
+    Without a reference (``states`` or ``brute_force``), optimality is checked against the states the
+    oracle itself returns (the module's docstring); what that cannot check is said in a `UserWarning`
+    and in the report's ``unchecked``.
 
     Parameters
     ----------
@@ -119,6 +223,11 @@ def assert_oracle_contract(
         Seed of the random weights.
     atol
         Tolerance on objective values (relative to the weights' magnitude).
+
+    Returns
+    -------
+    ContractReport
+        What was checked, and what could not be.
 
     Raises
     ------
@@ -178,7 +287,17 @@ def assert_oracle_contract(
             if abs(float(z @ w) - optimum) > tol:
                 raise _fail(oracle, f"row {i}: objective {float(z @ w):.6g}, brute force {optimum:.6g}")
 
-    _check_sense(oracle, weights, batch, sign, atol)
+    checked, seen = _check_against_own_states(
+        oracle, weights, batch, sign, atol, np.random.default_rng([seed, 1])
+    )
+    reference = feasible is not None or brute_force is not None
+    if len(seen) == 1 and not reference:
+        raise _fail(
+            oracle,
+            f"it returned the same state for all {checked} weight vectors it was given (their negations "
+            "and one-variable probes included): it ignores its weights, unless its problem has a single "
+            "feasible state (then pass states=[that state])",
+        )
     if not np.array_equal(np.asarray(oracle.solve_batch(weights.copy())), batch):
         raise _fail(oracle, "solve_batch is not deterministic (the same batch gave other states)")
 
@@ -222,3 +341,24 @@ def assert_oracle_contract(
             ) from exc
         if not np.array_equal(np.asarray(copy.solve_batch(weights)), batch):
             raise _fail(oracle, "a pickled copy gives other states")
+
+    unchecked: list[str] = []
+    if not reference:
+        unchecked.append(
+            f"optimality only against the {len(seen)} distinct states the oracle returned itself (a better "
+            "state it never returns goes unnoticed): pass states= (every feasible state) or brute_force= "
+            "(the optimal objective)"
+        )
+        never = np.flatnonzero((seen == 0).all(axis=0))
+        if never.size:
+            listed = ", ".join(map(str, never[:10].tolist())) + (", …" if never.size > 10 else "")
+            unchecked.append(
+                f"variables {listed} were 0 in every returned state, even under a large weight on them: "
+                "whether a feasible state uses them"
+            )
+        warnings.warn(
+            f"assert_oracle_contract({oracle!r}) could not check: " + "; ".join(unchecked),
+            UserWarning,
+            stacklevel=2,
+        )
+    return ContractReport(checked, len(seen), reference, tuple(unchecked))

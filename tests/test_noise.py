@@ -111,6 +111,32 @@ def test_gumbel_extreme_uniforms_stay_finite(monkeypatch: pytest.MonkeyPatch, dt
     assert float(x[0]) < -4.0 and float(x[1]) > 30.0  # the extreme draws are kept, only made finite
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_uniforms_of_exactly_0_and_1_are_moved_inside_the_interval(
+    monkeypatch: pytest.MonkeyPatch, dtype: torch.dtype
+) -> None:
+    """The clamp's documented purpose: ``log`` never sees 0 or 1, even if a generator returns exactly
+    1.0 (torch.rand promises [0, 1); a backend or a user's generator that breaks it must not turn a
+    draw into ±inf). Gumbel maps u = 1 to the draw at 1 − eps, u = 0 to the one at the smallest normal
+    number; the SumOfGamma table maps them to its last and first points."""
+
+    def exact_ends(shape: tuple[int, ...], **kwargs: object) -> torch.Tensor:
+        work = kwargs["dtype"]
+        assert isinstance(work, torch.dtype)
+        return torch.tensor([0.0, 1.0] * (math.prod(shape) // 2), dtype=work).reshape(shape)
+
+    monkeypatch.setattr(torch, "rand", exact_ends)
+    for generator in (None, torch.Generator().manual_seed(0)):
+        x = Gumbel(2.0).sample((6,), dtype=dtype, generator=generator)
+        assert x.dtype == dtype and torch.isfinite(x).all()
+        work = torch.float64 if dtype == torch.float64 else torch.float32  # half precision: drawn in float32
+        ends = torch.tensor([torch.finfo(work).tiny, 1.0 - torch.finfo(work).eps], dtype=work)
+        expected = (-2.0 * torch.log(-torch.log(ends))).to(dtype)  # the draws at the clamped uniforms
+        assert torch.equal(x[:2], expected) and float(x[1]) > 30.0
+        sog = SumOfGamma(k=2.0).sample((6,), dtype=dtype, generator=generator)
+        assert torch.isfinite(sog).all() and float(sog[0]) < float(sog[1])
+
+
 def test_sog_resolves_k_from_oracle() -> None:
     assert SumOfGamma().resolve(TopK(3, 7)).k == 3.0
     assert SumOfGamma(k=2).resolve(TopK(3, 7)).k == 2

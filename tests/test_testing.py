@@ -3,13 +3,17 @@ names the broken promise of bad ones."""
 
 from __future__ import annotations
 
+import hashlib
+import warnings
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
 
 from imle_solvers import IMLE, MapOracle, TopK, TorchOracle
 from imle_solvers.errors import InfeasibleError, InvalidWeightsError
-from imle_solvers.testing import assert_oracle_contract
+from imle_solvers.testing import ContractReport, assert_oracle_contract
 from tests.support.oracles import EnumOracle, k_subsets
 
 
@@ -149,7 +153,8 @@ def test_the_declared_sense_is_checked_without_ground_truth(sense: str) -> None:
     wrong = _Argmin(states, "max") if sense == "max" else _Argmax(states, "min")
     with pytest.raises(AssertionError, match=rf"row \d+: the state returned for .* sense '{sense}'"):
         assert_oracle_contract(wrong, picklable=False)
-    assert_oracle_contract(EnumOracle(states, sense), picklable=False)  # the right sense passes
+    with pytest.warns(UserWarning, match="could not check"):  # the right sense passes
+        assert_oracle_contract(EnumOracle(states, sense), picklable=False)
 
 
 def test_the_sense_check_uses_the_negated_weights_when_the_batch_has_one_state() -> None:
@@ -251,3 +256,147 @@ class _RandomTiesUnlessUniform(_RandomTies):
 def test_ties_between_some_items_are_checked_not_only_uniform_weights() -> None:
     with pytest.raises(AssertionError, match=r"ties are broken at random|row 6\d differs from solve"):
         assert_oracle_contract(_RandomTiesUnlessUniform(k_subsets(5, 2)), picklable=False)  # rows ≥ 60: tied
+
+
+# --------------------------------------------------------------------------------------------------
+# Without a reference (no states=, no brute_force=): what the oracle returns itself is the reference
+# --------------------------------------------------------------------------------------------------
+
+
+class _Constant(MapOracle):
+    """Ignores its weights: always the same feasible state."""
+
+    n_vars, sense = 5, "max"
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        self.validate(weights)
+        return k_subsets(5, 2)[3].copy()
+
+
+class _HashPick(EnumOracle):
+    """Ignores its weights, deterministically: a state picked by a hash of the weights' bytes."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        digest = hashlib.sha256(self.validate(weights).tobytes()).digest()
+        return self.states[int.from_bytes(digest[:4], "little") % len(self.states)].copy()
+
+
+class _IgnoresVariable(EnumOracle):
+    """Optimal, except that it reads the weight of variable 0 as 0."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        w = self.validate(weights).copy()
+        w[0] = 0.0
+        return super().solve(w)
+
+
+class _NeverFirst(EnumOracle):
+    """Optimal over the states without variable 0 only: a feasible state it never returns."""
+
+    def __init__(self, states: np.ndarray, sense: str = "max") -> None:
+        super().__init__(states[states[:, 0] == 0], sense)
+        self.n_vars = states.shape[1]
+
+
+@pytest.mark.parametrize("sense", ["max", "min"])
+def test_an_oracle_that_ignores_its_weights_fails_without_a_reference(sense: str) -> None:
+    constant = _Constant()
+    constant.sense = sense  # type: ignore[assignment]
+    with pytest.raises(
+        AssertionError, match=r"the same state for all \d+ weight vectors .* ignores its weights"
+    ):
+        assert_oracle_contract(constant, picklable=False)
+    assert_oracle_contract(constant, states=k_subsets(5, 2)[3:4], picklable=False)  # C = {it}: fine
+    for seed in range(10):
+        with pytest.raises(AssertionError, match=r"scores .* better in the declared sense"):
+            assert_oracle_contract(_HashPick(k_subsets(6, 2), sense), picklable=False, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "states", [k_subsets(5, 1), k_subsets(5, 2), k_subsets(6, 3)], ids=["1of5", "2of5", "3of6"]
+)
+def test_an_oracle_that_ignores_one_weight_is_caught_by_the_one_variable_probes(states: np.ndarray) -> None:
+    """The given weights never weigh variable 0 (as a user's data may not), so they cannot tell an
+    oracle that ignores its weight; the probes that make it far more attractive, and far less, can."""
+    for seed in range(10):
+        w = np.random.default_rng(seed).standard_normal((12, states.shape[1]))
+        w[:, 0] = 0.0
+        with pytest.raises(AssertionError, match=r"the probe .* on (every variable but )?(variable )?0"):
+            assert_oracle_contract(_IgnoresVariable(states), weights=w, picklable=False, seed=seed)
+        with pytest.warns(UserWarning, match="could not check"):
+            assert_oracle_contract(EnumOracle(states), weights=w, picklable=False, seed=seed)
+
+
+def test_a_random_oracle_fails_without_a_reference() -> None:
+    with pytest.raises(AssertionError, match=r"deterministic|differs|better in the declared sense"):
+        assert_oracle_contract(_Random(k_subsets(5, 2)), picklable=False)
+
+
+def test_what_cannot_be_checked_without_a_reference_is_said() -> None:
+    """A feasible state the oracle never returns goes unnoticed without a reference: the warning and the
+    report say so and name the variable no returned state used; with a reference it fails."""
+    with pytest.warns(
+        UserWarning, match=r"could not check: optimality only against the \d+ distinct"
+    ) as record:
+        report = assert_oracle_contract(_NeverFirst(k_subsets(5, 2)), picklable=False)
+    assert "variables 0 were 0 in every returned state" in str(record[0].message)
+    assert isinstance(report, ContractReport) and not report.reference
+    assert report.distinct_states == 6 and len(report.unchecked) == 2 and report.rows > 69
+    with pytest.raises(AssertionError, match="objective"):
+        assert_oracle_contract(_NeverFirst(k_subsets(5, 2)), states=k_subsets(5, 2), picklable=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with a reference nothing is left unchecked, and nothing is said
+        report = assert_oracle_contract(TopK(2, 5), states=k_subsets(5, 2))
+    assert report.reference and report.unchecked == () and report.distinct_states == 10
+
+
+def _shipped() -> dict[str, tuple[Callable[[], MapOracle], str]]:
+    """Every shipped oracle on a small instance, and the weights it takes ("any" or "positive")."""
+    import networkx as nx
+
+    from imle_solvers import ILP
+    from imle_solvers.adapters import (
+        ClampedCosts,
+        DAGShortestPath,
+        GridShortestPath,
+        Matching,
+        ShortestPath,
+        SpanningTree,
+        TorchGridShortestPath,
+        TorchKnapsack,
+        TorchMatching,
+        TorchSpanningTree,
+    )
+
+    cycle = [(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)]
+    dag = [(0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (0, 3)]
+    two_of_five = {"A_eq": np.ones((1, 5)), "b_eq": [2]}
+    return {
+        "TopK": (lambda: TopK(2, 6), "any"),
+        "TorchMatching": (lambda: TorchMatching(3, 4), "any"),
+        "TorchSpanningTree-min": (lambda: TorchSpanningTree(4, cycle), "any"),
+        "TorchSpanningTree-max": (lambda: TorchSpanningTree(4, cycle, kind="max"), "any"),
+        "SpanningTree": (lambda: SpanningTree(nx.cycle_graph(5)), "any"),
+        "Matching": (lambda: Matching(nx.complete_graph(4)), "any"),
+        "TorchKnapsack": (lambda: TorchKnapsack([[3], [2], [2], [4], [1]], [6]), "any"),
+        "DAGShortestPath": (lambda: DAGShortestPath(dag, 0, 3), "any"),
+        "ShortestPath": (lambda: ShortestPath(nx.DiGraph(dag), 0, 3), "positive"),
+        "GridShortestPath": (lambda: GridShortestPath(3, 3), "positive"),
+        "TorchGridShortestPath": (lambda: TorchGridShortestPath(3, 3), "positive"),
+        "ClampedCosts": (lambda: ClampedCosts(TorchGridShortestPath(3, 3)), "positive"),
+        "ILP-cpsat": (lambda: ILP(5, backend="cpsat", **two_of_five), "any"),
+        "ILP-highs": (lambda: ILP(5, backend="highs", **two_of_five), "any"),
+        "ILP-cbc": (lambda: ILP(5, backend="cbc", **two_of_five), "any"),
+    }
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(_shipped()))
+def test_every_shipped_oracle_passes_without_a_reference(name: str) -> None:
+    build, domain = _shipped()[name]
+    oracle = build()
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(0.1, 2.0, (8, oracle.n_vars)) if domain == "positive" else None
+    with pytest.warns(UserWarning, match="could not check"):
+        report = assert_oracle_contract(oracle, weights=weights, n_checks=8, picklable=False)
+    assert report.distinct_states > 1 and report.rows > 8

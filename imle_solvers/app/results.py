@@ -16,7 +16,9 @@ results.md        the summary table and the command that reproduces it
 
 Every file is written to a uniquely named temporary file in the same folder and renamed into place
 (``os.replace``), so an interruption leaves the previous file or the new one, never a truncated one, and
-two runs finishing into one folder at once cannot mix their files.
+two runs finishing into one folder at once cannot mix their files. The file gets the permissions a plain
+``open(path, "w")`` would give it: those of the file it replaces, else ``0o666`` less the umask
+(``-rw-r--r--`` under the usual umask 022).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ import dataclasses
 import json
 import math
 import os
+import secrets
+import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -70,18 +73,47 @@ def to_json(value: Any) -> Any:
 def atomic_path(path: str | os.PathLike[str], suffix: str = ".tmp") -> Iterator[Path]:
     """A unique temporary path beside ``path`` to write to; renamed over ``path`` when the block ends.
 
-    On any exception (``KeyboardInterrupt`` included) the temporary file is removed and ``path`` is left
-    as it was.
+    The temporary file exists (empty) when the block starts, with the permissions that
+    ``open(path, "w")`` would leave ``path`` with (see the module's docstring). On any exception
+    (``KeyboardInterrupt`` included) the temporary file is removed and ``path`` is left as it was.
     """
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
-    os.close(fd)
+    tmp = _create_beside(target, suffix)
     try:
-        yield Path(tmp)
+        yield tmp
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _create_beside(target: Path, suffix: str) -> Path:
+    """A new empty file beside ``target`` with the permissions ``open(target, "w")`` would leave it.
+
+    Those of ``target`` where it exists, else ``0o666`` less the umask: the kernel applies the umask to
+    the mode given to ``os.open`` (``tempfile.mkstemp`` would create it ``0o600`` whatever the umask).
+    The name is random, and ``O_EXCL`` makes sure that no other writer holds it.
+    """
+    try:
+        kept: int | None = stat.S_IMODE(os.stat(target).st_mode)  # open() keeps an existing file's mode
+    except OSError:
+        kept = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            fd = os.open(tmp, flags, 0o666)  # mode 0o666 & ~umask, as open() creates files
+        except FileExistsError:
+            continue
+        os.close(fd)
+        if kept is not None:
+            try:
+                os.chmod(tmp, kept)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {str(target)!r}")
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:

@@ -125,6 +125,25 @@ def test_ties_follow_scipy_constant_matrices_give_the_identity() -> None:
     assert torch.equal(z, TorchMatching(3, 3).solve_torch(w.flatten()))  # deterministic
 
 
+def test_square_ties_are_scipys_choice_not_its_transpose() -> None:
+    """Square matrices are solved as given (rows augmented in order), never transposed: among ties
+    SciPy's assignment of ``w`` and the transpose of its assignment of ``wᵀ`` differ (the 2×2 below:
+    the identity against the anti-diagonal), and the CPU path must give the former."""
+    z = TorchMatching(2, 2).solve_torch(torch.tensor([0.0, 0.0, 1.0, 1.0]))
+    assert z.tolist() == [1.0, 0.0, 0.0, 1.0]
+    rng = np.random.default_rng(8)
+    differs = 0
+    for n in (2, 3, 4, 5):
+        w = rng.integers(0, 2, (60, n * n)).astype(np.float64)  # 0/1: many optima
+        z = TorchMatching(n, n).solve_torch(torch.from_numpy(w)).numpy()
+        for row, state in zip(w, z):
+            expected = scipy_state(row, n, n)
+            np.testing.assert_array_equal(state, expected)
+            transposed = scipy_state(row.reshape(n, n).T.ravel(), n, n).reshape(n, n).T.ravel()
+            differs += not np.array_equal(transposed, expected)
+    assert differs > 20  # the cases tell the two rules apart
+
+
 def test_edges_order_and_leading_dimensions() -> None:
     oracle = TorchMatching(2, 3)
     assert oracle.edges == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
@@ -193,6 +212,58 @@ def test_huge_weights_are_scaled_exactly() -> None:
     big = w * 2.0**900  # sums of these overflow float64
     z = oracle.solve_torch(big)
     assert torch.equal(z, oracle.solve_torch(w)) and not z.isnan().any()
+
+
+def exact_best(w: list[int], r: int, c: int) -> int:
+    """The greatest total weight of an assignment, in exact integer arithmetic (brute force)."""
+    if r <= c:
+        return max(
+            sum(w[i * c + j] for i, j in enumerate(cols)) for cols in itertools.permutations(range(c), r)
+        )
+    return max(sum(w[i * c + j] for j, i in enumerate(rows)) for rows in itertools.permutations(range(r), c))
+
+
+def test_integer_weights_up_to_2_to_50_are_assigned_exactly() -> None:
+    """At the bound the float64 arithmetic is exact: the states are optimal in integers (brute force)
+    and SciPy's. Near-ties at ±2^50, where a sum rounded to float64 would pick a wrong assignment."""
+    rng = np.random.default_rng(5)
+    top = 2**50
+    for trial in range(300):
+        r, c = (int(x) for x in rng.integers(1, 5, 2))
+        if trial % 2:
+            w = rng.choice([-top, top, 0], (3, r * c)) - np.sign(
+                rng.choice([-1, 1], (3, r * c))
+            ) * rng.integers(0, 4, (3, r * c))
+            w = np.clip(w, -top, top)
+        else:
+            w = rng.integers(-top, top, (3, r * c), endpoint=True)
+        z = TorchMatching(r, c).solve_torch(torch.from_numpy(w))
+        assert z.dtype == torch.int64
+        for row, state in zip(w.tolist(), z.tolist()):
+            assert sum(x * s for x, s in zip(row, state)) == exact_best(row, r, c), (r, c, row)
+            np.testing.assert_array_equal(state, scipy_state(np.array(row, dtype=np.float64), r, c))
+
+
+def test_integer_weights_beyond_2_to_50_are_refused_naming_the_rows() -> None:
+    """2^62 and 2^62 + 1 are one float64: such rows are refused, not assigned by a rounded sum."""
+    oracle = TorchMatching(2, 2)
+    w = torch.zeros(5, 4, dtype=torch.int64)
+    w[1] = torch.tensor([2**62, 2**62 + 1, 2**62 + 1, 2**62])  # the exact optimum is the anti-diagonal
+    w[2, 3] = 2**50 + 1
+    w[3, 0] = -(2**63)  # (|−2^63| does not exist in int64)
+    w[4] = torch.tensor([2**50, -(2**50), -(2**50), 2**50])  # at the bound: accepted
+    with pytest.raises(InvalidWeightsError, match="2\\^50") as info:
+        oracle.solve_torch(w)
+    assert info.value.rows == (1, 2, 3)
+    assert oracle.solve_torch(w[[0, 4]]).tolist() == [[1, 0, 0, 1], [1, 0, 0, 1]]
+    for dtype in (torch.int32, torch.int16, torch.uint8, torch.bool):  # never beyond the bound
+        assert oracle.solve_torch(torch.tensor([0, 1, 1, 0]).to(dtype)).tolist() == [0, 1, 1, 0]
+    assert oracle.solve_torch(torch.tensor([0, 2**31 - 1, 2**31 - 1, 0], dtype=torch.int32)).tolist() == [
+        0,
+        1,
+        1,
+        0,
+    ]
 
 
 @pytest.mark.parametrize("bad", [0, -2, 2.5, True, "3"])
@@ -334,6 +405,21 @@ def test_kernel_gives_scipy_states() -> None:
     assert z[:2].isnan().all() and not z[2:].isnan().any()
     assert torch.equal(z[2:], torch.from_numpy(oracle._solve_host(w[2:].numpy())))
     assert oracle._solve_device(torch.zeros(0, 6, device=device)).shape == (0, 6)
+    # instances with no assignment avoiding the -inf pairs come back NaN, whether the first search
+    # finds it or a later one; the feasible instances beside them are solved
+    for r, c in [(3, 3), (2, 4), (4, 2)]:
+        shaped = TorchMatching(r, c)
+        w = torch.arange(5 * r * c, dtype=torch.float64).reshape(5, r, c) % 3
+        small = w if r <= c else w.transpose(1, 2)  # a view: the smaller side's nodes first
+        small[0, 0, :] = -float("inf")  # its node 0 can go nowhere
+        small[2, :2, 1:] = -float("inf")  # its nodes 0 and 1 both only to partner 0 (Hall)
+        w[3, 0, 0] = -float("inf")  # one forbidden pair: feasible
+        flat = w.reshape(5, r * c)
+        expected = torch.from_numpy(shaped._solve_host(flat.numpy(), nan_rows=True))
+        assert expected[[0, 2]].isnan().all() and not expected[[1, 3, 4]].isnan().any()
+        got = shaped._solve_device(flat.to(device)).cpu()
+        assert got[[0, 2]].isnan().all(), (r, c, got)
+        assert torch.equal(got[[1, 3, 4]], expected[[1, 3, 4]])
 
 
 @kernel_here

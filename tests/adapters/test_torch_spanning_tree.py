@@ -176,7 +176,7 @@ def test_shapes_dtypes_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.equal(oracle.solve_torch(w), z)
     assert oracle.solve_torch(torch.zeros(0, 30)).shape == (0, 30)
     assert oracle.solve_torch(torch.zeros(30, dtype=torch.int64)).dtype == torch.int64
-    # integer weights are compared in float64: 2**24 + 1 and 2**24 are one float32 number
+    # integer weights are compared as integers: 2**24 + 1 and 2**24 are one float32 number
     parallel = TorchSpanningTree(2, [(0, 1), (0, 1)])
     big = torch.tensor([[2**24 + 1, 2**24], [2**24, 2**24 + 1]], dtype=torch.int64)
     assert parallel.solve_torch(big).tolist() == [[0, 1], [1, 0]]
@@ -186,6 +186,65 @@ def test_shapes_dtypes_and_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidWeightsError) as info:
         oracle.solve_torch(half)
     assert info.value.rows == (2,)
+
+
+def exact_kruskal(n: int, edges: list[tuple[int, int]], w: list[int], kind: str) -> list[int]:
+    """Kruskal on Python integers (exact at any size), ties to the first edge: the 0/1 state."""
+    order = sorted(range(len(edges)), key=lambda j: w[j] if kind == "min" else -w[j])  # stable
+    parent, state = list(range(n)), [0] * len(edges)
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    for j in order:
+        a, b = root(edges[j][0]), root(edges[j][1])
+        if a != b:
+            parent[a] = b
+            state[j] = 1
+    return state
+
+
+INT64_EDGE = [-(2**63), -(2**63) + 1, -1, 0, 1, 2**53, 2**53 + 1, 2**62, 2**62 + 1, 2**63 - 2, 2**63 - 1]
+
+
+@given(
+    graph=graphs(max_nodes=5, max_edges=8),
+    kind=st.sampled_from(["min", "max"]),
+    data=st.data(),
+)
+def test_int64_weights_beyond_2_to_53_are_compared_exactly(
+    graph: tuple[int, list[tuple[int, int]]], kind: str, data: st.DataObject
+) -> None:
+    """int64 weights that float64 would round (2^62 + 1 → 2^62), the ends of int64 included: the
+    states of Kruskal on exact integers, on the CPU path and on the device's fixed schedule."""
+    n, edges = graph
+    base = data.draw(st.sampled_from([0, 2**53, 2**62, -(2**62)]))
+    values = st.one_of(st.integers(-3, 3).map(lambda d: base + d), st.sampled_from(INT64_EDGE))
+    rows = data.draw(
+        st.lists(st.lists(values, min_size=len(edges), max_size=len(edges)), min_size=2, max_size=3)
+    )
+    oracle = TorchSpanningTree(n, edges, kind=kind)  # type: ignore[arg-type]
+    w = torch.tensor(rows, dtype=torch.int64)
+    z = oracle.solve_torch(w)
+    assert z.dtype == torch.int64
+    assert z.tolist() == [exact_kruskal(n, edges, row, kind) for row in rows]
+    fixed = oracle._boruvka(oracle._key(w), early_stop=False)  # the accelerator's schedule
+    assert fixed.long().tolist() == z.tolist()
+
+
+def test_a_maximum_tree_keeps_the_heavier_of_two_edges_float64_cannot_tell_apart() -> None:
+    triangle = [(0, 1), (1, 2), (0, 2)]
+    w = torch.tensor([[2**62, 2**62 + 1, 2**62], [2**62 + 1, 2**62, 2**62 + 2]], dtype=torch.int64)
+    assert TorchSpanningTree(3, triangle, kind="max").solve_torch(w).tolist() == [[1, 1, 0], [1, 0, 1]]
+    assert TorchSpanningTree(3, triangle, kind="min").solve_torch(w).tolist() == [[1, 0, 1], [1, 1, 0]]
+    ends = torch.tensor([-(2**63), 2**63 - 1, -(2**63) + 1], dtype=torch.int64)  # ~w: no overflow at −2^63
+    assert TorchSpanningTree(3, triangle, kind="max").solve_torch(ends).tolist() == [0, 1, 1]
+    assert TorchSpanningTree(3, triangle, kind="min").solve_torch(ends).tolist() == [1, 0, 1]
+    small = torch.tensor([3, 1, 2], dtype=torch.int32)  # narrower integers are widened to int64
+    assert TorchSpanningTree(3, triangle, kind="max").solve_torch(small).tolist() == [1, 0, 1]
+    assert TorchSpanningTree(3, triangle, kind="max").solve_torch(small).dtype == torch.int32
 
 
 def test_nan_rows_are_named_and_bad_arguments_refused() -> None:

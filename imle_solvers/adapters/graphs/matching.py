@@ -113,6 +113,9 @@ _THREAD_ROWS = 32
 """... and only when each thread gets at least this many rows."""
 _KERNEL_MAX_COLS = 1024
 """The Triton kernel keeps a few vectors of this many lanes in registers; larger instances go to SciPy."""
+_EXACT_INTEGER = 2**50
+"""Integer weights up to this ``|w|`` are assigned exactly: SciPy's float64 arithmetic then forms only
+integers below ``7 · 2^50 < 2^53`` (see `TorchMatching`'s notes)."""
 
 
 class TorchMatching(TorchOracle):
@@ -159,6 +162,14 @@ class TorchMatching(TorchOracle):
     layer checks its weights for NaN/inf on the CPU unless ``check_finite=False``.) Rows whose
     largest ``|w|`` exceeds ``2^512`` are first divided by an exact power of two (the assignment does
     not change), so no sum the algorithm forms can overflow.
+
+    *Integer weights* are solved exactly up to ``|w| ≤ 2^50``; beyond it
+    [`InvalidWeightsError`][imle_solvers.errors.InvalidWeightsError] names the rows (on an accelerator
+    that check costs one host synchronisation, for integer dtypes only). The algorithm computes in
+    float64: with ``|w| ≤ M`` every row dual stays within ``M`` and every column dual within ``2M``
+    (a free column keeps its dual at 0), so every value it forms is an integer of magnitude at most
+    ``7M``, exact in float64 while ``7M < 2^53``. Larger integers (2^62 against 2^62 + 1) would be
+    rounded; divide them by a common factor, or convert them to float64 yourself to accept the rounding.
 
     ``expected_nonzeros`` is ``min(n_rows, n_cols)``: every assignment has that many pairs, so
     [`SumOfGamma`][imle_solvers.SumOfGamma] needs no ``k``. The oracle is picklable.
@@ -220,6 +231,8 @@ class TorchMatching(TorchOracle):
             )
         lead = weights.shape[:-1]
         w = weights.detach().reshape(-1, self.n_vars)  # θ   [N, R·C]
+        if not w.is_floating_point() and w.dtype != torch.bool and torch.iinfo(w.dtype).bits > 32:
+            _refuse_inexact_integers(w)
         if w.device.type == "cpu":  # dtype conversions in NumPy (torch's wake its intra-op threads)
             states = _from_numpy(self._solve_host(_to_numpy(w)), weights.dtype)
         elif self._kernel_available(w.device):
@@ -328,6 +341,18 @@ def _assign(wide: np.ndarray, rows: np.ndarray, partner: np.ndarray, failed: np.
             partner[r] = linear_sum_assignment(wide[r], True)[1]  # maximize=True; rows come back 0…k−1
         except ValueError:  # "cost matrix is infeasible": no assignment avoids the -inf pairs
             failed[r] = True
+
+
+def _refuse_inexact_integers(w: torch.Tensor) -> None:
+    """Name the rows of ``[N, m]`` integer weights beyond ``±2^50``, which float64 could not assign
+    exactly (one host synchronisation on an accelerator)."""
+    beyond = ((w > _EXACT_INTEGER) | (w < -_EXACT_INTEGER)).any(dim=1)  # [N]   (no abs: −2^63 has none)
+    if bool(beyond.any()):
+        raise InvalidWeightsError(
+            "integer weights beyond ±2^50 cannot be assigned exactly (the assignment is computed in "
+            "float64); divide them by a common factor, or convert them to float64 to accept rounding",
+            rows=torch.nonzero(beyond).flatten().tolist(),
+        )
 
 
 def _to_numpy(w: torch.Tensor) -> np.ndarray:

@@ -125,7 +125,9 @@ class TorchSpanningTree(TorchOracle):
     the components merge by pointer jumping. ``⌈log₂ n_nodes⌉`` rounds always suffice (every round at
     least halves the components that still have an outgoing edge), so the schedule is fixed: no
     data-dependent loop, no host synchronisation. On the CPU the rounds stop early once no component
-    has an outgoing edge. Only comparisons are made, so any real weights work, ``±inf`` included.
+    has an outgoing edge. Only comparisons are made, so any real weights work, ``±inf`` included, and
+    integer weights are compared as integers (int64), exactly over their whole range (beyond ``2^53``,
+    where float64 would round them).
 
     *Ties* go to the edge that comes first in `edges`: edges are compared by ``(weight, position)``
     (by ``(−weight, position)`` for ``"max"``), a strict order under which the optimal forest is unique;
@@ -215,24 +217,34 @@ class TorchSpanningTree(TorchOracle):
                 f"{self!r} expects weights of shape (..., {self.n_vars}), got {tuple(weights.shape)}"
             )
         lead = weights.shape[:-1]
-        dtype = weights.dtype if weights.is_floating_point() else torch.float64
+        floating = weights.is_floating_point()
+        dtype = weights.dtype if floating else torch.int64  # integers are compared exactly, as int64
         w = weights.detach().reshape(-1, self.n_vars).to(dtype)  # [N, E]
         if w.device.type == "cpu":  # blocks of rows under torch's grain size: no intra-op threads
-            nan = np.isnan(w.numpy()).any(axis=1) if dtype != torch.bfloat16 else w.isnan().any(1).numpy()
-            if nan.any():
-                raise InvalidWeightsError("weights contain NaN", rows=np.flatnonzero(nan).tolist())
+            if floating:
+                nan = np.isnan(w.numpy()).any(axis=1) if dtype != torch.bfloat16 else w.isnan().any(1).numpy()
+                if nan.any():
+                    raise InvalidWeightsError("weights contain NaN", rows=np.flatnonzero(nan).tolist())
             states = torch.empty(w.shape, dtype=weights.dtype)
             rows = max(1, _CPU_BLOCK // self.n_vars)
             for i in range(0, w.shape[0], rows):
-                block = w[i : i + rows]
-                states[i : i + rows] = self._boruvka(block if self.kind == "min" else -block, early_stop=True)
+                states[i : i + rows] = self._boruvka(self._key(w[i : i + rows]), early_stop=True)
             return states.reshape(*lead, self.n_vars)
+        if not floating:  # no NaN in an integer dtype
+            return self._boruvka(self._key(w), early_stop=False).to(weights.dtype).reshape(*lead, self.n_vars)
         nan_rows = torch.isnan(w).any(dim=1)  # [N]
-        key = (w if self.kind == "min" else -w).masked_fill(nan_rows[:, None], 0.0)  # minimised   [N, E]
+        key = self._key(w).masked_fill(nan_rows[:, None], 0.0)  # minimised   [N, E]
         states_d = (
             self._boruvka(key, early_stop=False).to(dtype).masked_fill_(nan_rows[:, None], float("nan"))
         )
         return states_d.to(weights.dtype).reshape(*lead, self.n_vars)
+
+    def _key(self, w: torch.Tensor) -> torch.Tensor:
+        """What Borůvka minimises: the weights for ``"min"``, reversed for ``"max"`` (``−w``; for
+        integers ``~w = −w − 1``, which reverses the order with no overflow, ``−2^63`` included)."""
+        if self.kind == "min":
+            return w
+        return -w if w.is_floating_point() else torch.bitwise_not(w)
 
     def _ends(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         ends = self._on_device.get(device)
@@ -246,11 +258,12 @@ class TorchSpanningTree(TorchOracle):
         32 bits.  ``[N, E]`` → ``[N, E]``
 
         Keys of at most 32 bits are turned into order-preserving integers (their float32 bit patterns,
-        negative ones reflected; ``−0.0`` first made ``+0.0``); float64 keys are ranked by a stable sort.
+        negative ones reflected; ``−0.0`` first made ``+0.0``); float64 and int64 keys are ranked by a
+        stable sort (int64 ones as integers: exact beyond 2^53).
         """
         n, e_count = key.shape
         index = torch.arange(e_count, device=key.device)
-        if key.dtype == torch.float64:
+        if key.dtype in (torch.float64, torch.int64):
             order = torch.argsort(key, dim=1, stable=True)  # edges by (key, index)   [N, E]
             high = torch.empty_like(order).scatter_(1, order, index.expand(n, -1))  # rank of each edge
         else:

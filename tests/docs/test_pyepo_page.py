@@ -1,0 +1,22 @@
+"""docs/pyepo.md: the I-MLE loop, copied as printed, runs as the timed script does (one torch thread)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support.paths import ROOT
+
+
+def test_the_imle_loop_sets_the_one_thread_its_timing_assumes() -> None:
+    page = (ROOT / "docs" / "pyepo.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    loops = [block for block in blocks if "IMLE(data.oracle" in block]
+    assert len(loops) == 1
+    loop = loops[0]
+    assert "torch.set_num_threads(1)" in loop and loop.index("torch.set_num_threads(1)") < loop.index(
+        "for epoch"
+    )
+    script = (ROOT / "examples" / "pyepo_migration.py").read_text(encoding="utf-8")
+    assert "torch.set_num_threads(1)" in script  # the script behind the table
+    table = page[page.index("Command: `python examples/pyepo_migration.py") :]
+    assert "one thread" in table[:400] and "**One thread.**" in page
