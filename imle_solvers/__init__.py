@@ -27,7 +27,7 @@ from .estimators import STE, Blackbox, PerturbedOptimizer
 from .imle import IMLE  # also binds imle_solvers.imle: the module, callable as imle(...)
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
 from .oracle import MapOracle, TorchOracle
-from .target import OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
+from .target import AutoTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 from .topk import TopK
 
 __version__ = "0.1.0"
@@ -61,6 +61,7 @@ __all__ = [
     "IMLE",
     "STE",
     "AdaptiveTarget",
+    "AutoTarget",
     "Blackbox",
     "CPSATOracle",
     "ClampedCosts",

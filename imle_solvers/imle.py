@@ -23,7 +23,7 @@ from ._checks import instance_of
 from .noise import NoiseDistribution, SumOfGamma
 from .oracle import BatchSolver, MapOracle
 from .perturb_and_map import NoiseOn, PerturbAndMAPLayer
-from .target import RelativeTarget, TargetDistribution
+from .target import TargetDistribution, default_target
 
 __all__ = ["IMLE", "imle"]
 
@@ -106,7 +106,7 @@ class IMLE(PerturbAndMAPLayer):
         target_noise_scale: float = 1.0,
     ) -> None:
         noise = SumOfGamma() if noise is None else noise
-        target = RelativeTarget() if target is None else instance_of("target", target, TargetDistribution)
+        target = default_target() if target is None else instance_of("target", target, TargetDistribution)
         super().__init__(
             oracle,
             noise,

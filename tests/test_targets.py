@@ -5,6 +5,7 @@ adaptive target's state under module casts and extreme loss scales, and every do
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -15,6 +16,7 @@ from imle_solvers import (
     IMLE,
     STE,
     AdaptiveTarget,
+    AutoTarget,
     Gumbel,
     NoiseDistribution,
     NoNoise,
@@ -52,7 +54,8 @@ def grad(
 
 
 TARGETS: dict[str, Callable[[], TargetDistribution]] = {
-    "default": RelativeTarget,
+    "default": AutoTarget,
+    "relative": RelativeTarget,
     "one-sided": lambda: RelativeTarget(lam=0.1, two_sided=False),
     "large-step": RelativeTarget.large_step,
 }
@@ -125,9 +128,9 @@ def test_the_old_rms_step_was_not_offset_invariant() -> None:
 
 
 # --------------------------------------------------------------------------- the step itself
-def test_default_is_the_two_sided_difference_with_a_step_of_a_tenth_of_the_spread() -> None:
+def test_relative_is_the_two_sided_difference_with_a_step_of_a_tenth_of_the_spread() -> None:
     s = 3
-    layer = IMLE(ORACLE, Gumbel(), samples=s, generator=gen(5))
+    layer = IMLE(ORACLE, Gumbel(), RelativeTarget(), samples=s, generator=gen(5))
     x = THETA.clone().requires_grad_(True)
     z = layer(x)
     upstream = torch.randn(z.shape, generator=gen(6), dtype=torch.float64)
@@ -158,9 +161,9 @@ def test_one_sided_and_large_step_are_the_difference_of_eq_7() -> None:
         torch.testing.assert_close(x.grad, manual)
 
 
-def test_the_large_step_reaches_the_loss_optimum_and_the_default_stays_local() -> None:
+def test_the_large_step_reaches_the_loss_optimum_and_the_local_step_stays_local() -> None:
     # How often the target state MAP(θ' + ε) is the loss optimum MAP(−∇zL): mostly for the large step,
-    # rarely for the default
+    # rarely for the local RelativeTarget()
     n = 4000
     theta = torch.randn(n, 1, 10, generator=gen(8), dtype=torch.float64)
     eps = SumOfGamma(k=3).sample((n, 1, 10), dtype=torch.float64, generator=gen(9))
@@ -275,7 +278,7 @@ def test_estimates_are_positively_homogeneous_not_additive(target: str) -> None:
     h = torch.randn(32, 8, generator=gen(14), dtype=torch.float64)
     torch.testing.assert_close(estimate(2.5 * g), 2.5 * estimate(g), rtol=1e-12, atol=0.0)
     assert not torch.allclose(estimate(g + h), estimate(g) + estimate(h))  # not additive
-    two_sided = HOMOGENEOUS[target]().two_sided  # type: ignore[attr-defined]
+    two_sided = getattr(HOMOGENEOUS[target](), "two_sided", True)  # AutoTarget, one sample: central
     if two_sided:  # the central difference is odd: ∇zL → −∇zL swaps its two MAPs
         torch.testing.assert_close(estimate(-g), -estimate(g), rtol=0.0, atol=0.0)
     else:  # the one-sided difference is not
@@ -303,12 +306,14 @@ def per_sample_estimates(make: Callable[[], nn.Module], s: int) -> tuple[torch.T
 
 
 MEAN_OF_ESTIMATES: dict[str, Callable[[], nn.Module]] = {
-    "default": lambda: IMLE(ORACLE, Gumbel(), samples=3, generator=gen(16)),
+    "relative": lambda: IMLE(ORACLE, Gumbel(), RelativeTarget(), samples=3, generator=gen(16)),
     "one-sided": lambda: IMLE(ORACLE, Gumbel(), TARGETS["one-sided"](), samples=3, generator=gen(16)),
     "large-step": lambda: IMLE(ORACLE, Gumbel(), RelativeTarget.large_step(), samples=3, generator=gen(16)),
     "ste": lambda: STE(ORACLE, samples=3, generator=gen(16)),
 }
 NOT_MEAN_OF_ESTIMATES: dict[str, Callable[[], nn.Module]] = {
+    # the unit is measured over every sample of the batch: a sample's term depends on the others
+    "default": lambda: IMLE(ORACLE, Gumbel(), samples=3, generator=gen(16)),
     "perturbed-target": lambda: IMLE(ORACLE, Gumbel(), PerturbedTarget(1.0), samples=3, generator=gen(16)),
     "optimal-target": lambda: IMLE(ORACLE, Gumbel(), OptimalTarget(), samples=3, generator=gen(16)),
     "blackbox-rule": lambda: IMLE(ORACLE, NoNoise(), PerturbedTarget(1.0), samples=3),
@@ -437,7 +442,9 @@ def test_target_defaults_are_pinned() -> None:
         False,
         1.0,
     )
-    assert IMLE(ORACLE).target == RelativeTarget()
+    auto = AutoTarget()
+    assert (auto.near, auto.far, auto.sync, auto.process_group) == (2.0, 30.0, True, None)
+    assert IMLE(ORACLE).target == AutoTarget()
 
 
 def test_the_training_methods_use_the_documented_targets() -> None:
@@ -446,7 +453,8 @@ def test_the_training_methods_use_the_documented_targets() -> None:
     def target_of(name: str) -> object:
         return build_method(name, ORACLE).modules[0].target  # type: ignore[union-attr]
 
-    assert target_of("imle") == RelativeTarget.large_step()  # regret loss: the large step trains better
+    assert target_of("imle") == AutoTarget()  # the library's default
+    assert target_of("imle-large-step") == RelativeTarget.large_step()
     assert target_of("imle-pid") == PerturbedTarget(10.0)
     assert isinstance(target_of("imle-mumu"), OptimalTarget)
     assert isinstance(target_of("aimle"), AdaptiveTarget)
@@ -457,9 +465,17 @@ def test_the_default_target_is_used_and_each_option_matters() -> None:
         return grad(IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(19)), THETA)
 
     default = estimate(None)
-    torch.testing.assert_close(default, estimate(RelativeTarget(lam=0.1, two_sided=True)), rtol=0.0, atol=0.0)
-    for other in (RelativeTarget(lam=0.2), RelativeTarget(two_sided=False), RelativeTarget.large_step()):
+    torch.testing.assert_close(default, estimate(AutoTarget(near=2.0, far=30.0)), rtol=0.0, atol=0.0)
+    for other in (AutoTarget(near=1.0), RelativeTarget(), RelativeTarget.large_step()):
         assert not torch.allclose(default, estimate(other))
+
+    # the far step matters where the loss is linear in z (the same upstream gradient for every sample)
+    def linear(target: TargetDistribution | None) -> torch.Tensor:
+        layer = IMLE(ORACLE, Gumbel(), target, samples=2, generator=gen(19))
+        return grad(layer, THETA, lambda z: (z * (B - 0.5)).sum())
+
+    torch.testing.assert_close(linear(None), linear(AutoTarget(far=30.0)), rtol=0.0, atol=0.0)
+    assert not torch.allclose(linear(None), linear(AutoTarget(far=3.0)))
     fixed = estimate(PerturbedTarget())
     torch.testing.assert_close(fixed, estimate(PerturbedTarget(10.0, two_sided=False)), rtol=0.0, atol=0.0)
     assert not torch.allclose(fixed, estimate(PerturbedTarget(1.0)))
@@ -495,3 +511,145 @@ def test_cuda_targets_keep_their_invariances_and_state() -> None:  # pragma: no 
     for _ in range(5):
         on_device(layer(x)).backward()
     assert float(layer.target.beta) == pytest.approx(1.0 + 5e-4, abs=1e-12)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- forbidden pairs (-inf)
+FORBIDDEN_TARGETS: dict[str, tuple[Callable[[], TargetDistribution], float]] = {
+    # the target and the share of rows its step moves at the least (a local step of 0.1: ~0.1)
+    "default": (lambda: IMLE(TopK(1, 2)).target, 0.5),
+    "relative-0.1": (lambda: RelativeTarget(0.1), 0.03),
+    "large-step": (RelativeTarget.large_step, 0.5),
+    "adaptive": (AdaptiveTarget, 0.3),
+    "row-adaptive": (RowAdaptiveTarget, 0.3),
+}
+
+
+@pytest.mark.parametrize("target", sorted(FORBIDDEN_TARGETS))
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_with_forbidden_pairs_keep_a_finite_nonzero_gradient(target: str, seed: int) -> None:
+    from imle_solvers import TorchMatching
+
+    n = 5
+    weights = torch.randn(64, n, n, generator=gen(seed), dtype=torch.float64)
+    forbidden = torch.rand(64, n, n, generator=gen(seed + 10)) < 0.3
+    forbidden &= ~torch.eye(n, dtype=torch.bool)  # the identity stays feasible in every row
+    weights = weights.masked_fill(forbidden, -math.inf).reshape(64, n * n)
+    make, least = FORBIDDEN_TARGETS[target]
+    layer = IMLE(TorchMatching(n, n), Gumbel(), make(), check_finite=False, generator=gen(seed + 20))
+    x = weights.clone().requires_grad_(True)
+    upstream = torch.randn(64, n * n, generator=gen(seed + 30), dtype=torch.float64)
+    (layer(x) * upstream).sum().backward()
+    assert x.grad is not None
+    assert torch.isfinite(x.grad).all()
+    assert (x.grad[forbidden.reshape(64, -1)] == 0).all()  # a forbidden pair is never chosen
+    moving = x.grad.ne(0).any(dim=1)  # rows with a nonzero gradient (before: none with a -inf pair)
+    assert moving[forbidden.flatten(1).any(dim=1)].float().mean() > least
+
+
+# --------------------------------------------------------------------------- the default, AutoTarget
+def _unit(perturbed: torch.Tensor, g: torch.Tensor, eps: torch.Tensor, cap: float = 10.0) -> torch.Tensor:
+    """u = ‖min(s, c·σ)‖₂ / ‖‖g‖_∞‖₂ over the samples with g ≠ 0, written out."""
+    g_max = g.abs().amax(-1)  # [N, S]
+    active = g_max > 0
+    spread = torch.minimum(perturbed.std(-1, unbiased=False), cap * eps.std(-1, unbiased=False))[active]
+    return spread.norm() / g_max[active].norm()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_target_is_the_central_difference_of_two_units_in_general(seed: int) -> None:
+    s = 3
+    layer = IMLE(ORACLE, Gumbel(), AutoTarget(), samples=s, generator=gen(40 + seed))
+    x = THETA.clone().requires_grad_(True)
+    z = layer(x)
+    upstream = torch.randn(z.shape, generator=gen(50 + seed), dtype=torch.float64)  # differs by sample
+    (z * upstream).sum().backward()
+    eps = Gumbel().sample((32, s, 8), dtype=torch.float64, generator=gen(40 + seed))
+    perturbed = THETA.unsqueeze(1) + eps  # θ + ε   [N, S, m]
+    u = _unit(perturbed, upstream, eps)
+    plus, minus = (
+        ORACLE.solve_torch(perturbed + 2 * u * upstream),
+        ORACLE.solve_torch(perturbed - 2 * u * upstream),
+    )
+    torch.testing.assert_close(x.grad, ((plus - minus) / (2 * u)).sum(1))  # a = 2 units, not divided by a
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_target_takes_the_far_step_where_the_loss_is_linear_in_z(seed: int) -> None:
+    s = 4
+    layer = IMLE(ORACLE, Gumbel(), AutoTarget(), samples=s, generator=gen(60 + seed))
+    x = THETA.clone().requires_grad_(True)
+    z = layer(x)
+    c = torch.randn(32, 1, 8, generator=gen(70 + seed), dtype=torch.float64)
+    (z * c).sum().backward()  # ⟨c, z⟩: every sample of a row has ∇zL = c
+    eps = Gumbel().sample((32, s, 8), dtype=torch.float64, generator=gen(60 + seed))
+    perturbed = THETA.unsqueeze(1) + eps
+    g = c.expand(-1, s, -1)
+    u = _unit(perturbed, g, eps)
+    near, far = ORACLE.solve_torch(perturbed + u * g), ORACLE.solve_torch(perturbed - 30.0 * u * g)
+    torch.testing.assert_close(x.grad, ((near - far) / u).sum(1))
+    # the far side is the best state under the loss for most samples (eq. 10's target)
+    assert (far == ORACLE.solve_torch(-g)).all(-1).double().mean() > 0.75
+
+
+def test_auto_target_tells_rows_whose_loss_is_linear_in_z() -> None:
+    g = torch.randn(4, 3, 5, generator=gen(80), dtype=torch.float64)
+    g[1] = g[1, :1]  # every sample the same gradient
+    g[3] = 0.0  # no gradient at all: equal too
+    assert AutoTarget.linear_rows(g).tolist() == [False, True, False, True]
+    assert AutoTarget.linear_rows(g[:, :1]).tolist() == [False] * 4  # one sample: nothing to compare
+
+
+@pytest.mark.parametrize("loss", ["quadratic", "linear"])
+def test_auto_target_sizes_its_step_over_the_batch(loss: str) -> None:
+    # a row's gradient twice as large takes a step twice as long (as θ − λ∇zL): rows are not normalised
+    # one by one, and scaling every row together changes nothing (the unit follows the batch)
+    def estimate(scale_row: float, scale_all: float) -> torch.Tensor:
+        layer = IMLE(ORACLE, Gumbel(), AutoTarget(), samples=2, generator=gen(90))
+        x = THETA.clone().requires_grad_(True)
+        z = layer(x)
+        weights = torch.ones(32, 1, 1, dtype=torch.float64)
+        weights[0] = scale_row
+        if loss == "quadratic":
+            value = ((z - B).square() * weights).sum()
+        else:
+            value = (z * (B - 0.5) * weights).sum()
+        (scale_all * value).backward()
+        assert x.grad is not None
+        return x.grad
+
+    base = estimate(1.0, 1.0)
+    torch.testing.assert_close(estimate(1.0, 7.0), 7.0 * base, rtol=1e-12, atol=0.0)
+    assert not torch.allclose(estimate(1e3, 1.0)[1:], base[1:])  # one row's scale moves the others' unit
+
+
+def test_auto_target_under_a_mean_over_samples_divides_the_summed_gradient_by_s() -> None:
+    for loss in (quadratic, lambda z: (z * (B - 0.5)).sum()):
+        summed = grad(IMLE(ORACLE, Gumbel(), samples=3, generator=gen(95)), THETA, lambda z: loss(z))
+        mean = grad(IMLE(ORACLE, Gumbel(), samples=3, generator=gen(95)), THETA, lambda z: loss(z) / 3)
+        torch.testing.assert_close(mean, summed / 3, rtol=1e-12, atol=0.0)
+
+
+def test_auto_target_sync_off_and_options_checked() -> None:
+    assert AutoTarget(sync=False) == AutoTarget(sync=False)
+    for bad in ({"near": 0.0}, {"far": -1.0}, {"near": math.nan}):
+        with pytest.raises(ValueError, match="AutoTarget"):
+            AutoTarget(**bad)  # type: ignore[arg-type]
+
+
+def test_auto_target_caps_the_spread_at_ten_spreads_of_the_noise() -> None:
+    # confident weights (a spread far beyond the noise's): the step stops growing with them
+    theta = 100.0 * THETA  # std(θ) ≈ 100, Gumbel(0.1) noise std ≈ 0.13
+    s = 2
+    x = theta.clone().requires_grad_(True)
+    z = IMLE(ORACLE, Gumbel(0.1), samples=s, generator=gen(96))(x)
+    upstream = torch.randn(z.shape, generator=gen(97), dtype=torch.float64)
+    (z * upstream).sum().backward()
+    eps = Gumbel(0.1).sample((32, s, 8), dtype=torch.float64, generator=gen(96))
+    perturbed = theta.unsqueeze(1) + eps
+    u = _unit(perturbed, upstream, eps)
+    assert u < 0.1 * _unit(perturbed, upstream, eps, cap=math.inf)  # the cap is what sized the unit
+    plus, minus = (
+        ORACLE.solve_torch(perturbed + 2 * u * upstream),
+        ORACLE.solve_torch(perturbed - 2 * u * upstream),
+    )
+    torch.testing.assert_close(x.grad, ((plus - minus) / (2 * u)).sum(1))

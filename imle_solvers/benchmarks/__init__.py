@@ -54,6 +54,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "the paper's Warcraft 30×30 protocol: s per epoch, projected 50-epoch total (--full: accuracy)",
     ),
     "exact": ("imle_solvers.benchmarks.exact", "each estimator's mean gradient vs the exact one, enumerated"),
+    "targets": (
+        "imle_solvers.benchmarks.targets",
+        "the I-MLE targets trained on every task we ship, paired seeds (an hour; --quick: seconds)",
+    ),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 
