@@ -14,8 +14,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .._checks import in_range, integer_at_least, non_negative_int, positive
-from ..app.config import CommandConfig, count, option
-from ..app.machine import device_name
+from ..app.config import RunSettings, count, option
 from ..errors import ConfigError
 from .methods import METHODS
 from .plan import SCHEDULES, TrainPlan, resolve
@@ -51,12 +50,6 @@ CHANNELS_LAST = ("auto", "on", "off")
 for the CNNs on CUDA, ``off`` otherwise."""
 
 
-def _seed(value: int) -> int:
-    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
-        raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
-    return value
-
-
 def _address(value: str) -> str:
     if not value.strip() or any(c.isspace() for c in value):
         raise ValueError(f"must be a scheduler address such as tcp://host:8786, got {value!r}")
@@ -87,7 +80,7 @@ def _folder_name(value: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainConfig(CommandConfig):
+class TrainConfig(RunSettings):
     """Settings of one ``imle-solvers train`` invocation; `run` takes it.
 
     Fields left ``None`` take the problem's default (`DEFAULTS` of ``problems.py``); a schedule's values
@@ -217,13 +210,6 @@ examples:
         choices=lambda: (*METHODS, "all"),
         metavar="NAME",
     )
-    seeds: tuple[int, ...] = option(
-        (0,),
-        "seeds: each generates its data and initialises the model",
-        flags=("--seeds", "--seed"),
-        check=_seed,
-        metavar="SEED",
-    )
     epochs: int | None = option(
         None, "passes over the training set", check=count, default_text=lambda: _per_problem("epochs", 0)
     )
@@ -309,12 +295,6 @@ examples:
         metavar="ADDRESS",
         default_text="none",
     )
-    threads: int = option(1, "torch CPU threads", check=count)
-    device: str = option(
-        "cpu",
-        "cpu, cuda, cuda:N or auto (cuda when available): model, data and noise live there",
-        check=device_name,
-    )
     oracle: str = option(
         "auto",
         "device: device-native oracles; host: solver-backed ones; auto: device-native on a GPU",
@@ -339,14 +319,6 @@ examples:
         "generate terrain maps afresh instead of keeping them in the user cache folder",
         flags=("--no-cache",),
     )
-    out: str | None = option(
-        None,
-        "write results.json, results.md, curves.png and runs/<method>-seed<seed>.json (each run as it "
-        "finishes) to this folder",
-        metavar="DIR",
-        default_text="none: nothing is written",
-    )
-    show_progress: bool = option(True, "no progress bars", flags=("--quiet", "--no-progress"))
     dist_timeout: float = option(
         300.0,
         "under torchrun: seconds a training process waits for the others before it fails",
