@@ -14,7 +14,10 @@ included: the problem of [`GridShortestPath`][imle_solvers.GridShortestPath].
 [`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps] reads one split into a
 [`PTODataset`][imle_solvers.data.PTODataset];
 [`inspect_warcraft`][imle_solvers.data.warcraft.inspect_warcraft] checks a split from the files' headers
-alone (no data read), as ``imle-solvers train --data DIR`` does before any work.
+alone (no data read), as ``imle-solvers train --data DIR`` does before any work. The command reads
+the training and test splits (all their maps unless ``--n-train`` / ``--n-test`` say fewer); it does not
+use the validation split (the protocol trains a fixed number of epochs and reports the last, as the
+papers do).
 """
 
 from __future__ import annotations
