@@ -204,7 +204,12 @@ def test_terrain_maps_do_not_depend_on_how_they_are_cut(monkeypatch: pytest.Monk
 
     whole = terrain_maps(7, size=5, seed=2, pixels=4, image_dtype=torch.uint8)
     monkeypatch.setattr(terrain, "_chunk", lambda size, pixels: 2)  # maps made two at a time
-    pieces = terrain_maps(7, size=5, seed=2, pixels=4, image_dtype=torch.uint8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # and on more threads
+    try:
+        pieces = terrain_maps(7, size=5, seed=2, pixels=4, image_dtype=torch.uint8)
+    finally:
+        torch.set_num_threads(threads)
     for name in ("features", "costs", "solutions", "objectives"):
         assert torch.equal(getattr(whole, name), getattr(pieces, name)), name
     np.testing.assert_array_equal(whole.info["types"], pieces.info["types"])

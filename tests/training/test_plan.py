@@ -225,3 +225,23 @@ def test_the_plan_is_the_only_way_settings_reach_training() -> None:
             assert len(call.args) <= 4 and not any(
                 k.arg in ("epochs", "batch_size", "lr") for k in call.keywords
             )
+
+
+@pytest.mark.usefixtures("gpu")
+def test_a_run_says_in_one_line_why_its_steps_are_not_recorded(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import imle_solvers.training.runner as runner
+    from imle_solvers.training import run
+
+    seen = []
+    monkeypatch.setattr(runner, "_train_all", lambda plan, session, group: seen.append(plan))
+    run(TrainConfig(problem="warcraft", oracle="host", show_progress=False))  # nothing trains here
+    (plan,) = seen
+    assert plan.device.type == "cuda" and plan.step.compile is Compile.OFF
+    assert capsys.readouterr().err.splitlines() == [
+        "steps: off (auto: eager steps, the recorded step is ruled out: the oracles solve on the host "
+        "(--oracle host))"
+    ]
+    run(TrainConfig(problem="warcraft", show_progress=False))  # recorded: nothing to say
+    assert seen[-1].step.compile is Compile.GRAPH and capsys.readouterr().err == ""
