@@ -16,8 +16,7 @@ from typing import Any, ClassVar
 
 from .._checks import integer_at_least, positive, positive_int
 from ..app.command import Command
-from ..app.config import CommandConfig, option
-from ..app.machine import device_name
+from ..app.config import OnDevice, inherit, option
 from ..app.report import format_table
 from ..app.results import atomic_write_json
 from ..errors import ConfigError, OutputError
@@ -82,7 +81,7 @@ WARCRAFT_OPTIONS = ("full", "epochs", "maps", "data", "size", "device", "compile
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BenchConfig(CommandConfig):
+class BenchConfig(OnDevice):
     """Settings of ``imle-solvers bench`` (`run` takes it).
 
     The fields from `full` on (`WARCRAFT_OPTIONS`) belong to the ``warcraft`` suite's protocol (see
@@ -158,7 +157,7 @@ examples:
         default_text="none: generated maps",
     )
     size: int = option(30, "warcraft: grid size K", check=lambda v: integer_at_least("", v, 2))
-    device: str = option("auto", "warcraft: cpu, cuda, cuda:N or auto", check=device_name)
+    device: str = inherit("device", "auto")
     compile: str = option("auto", "warcraft: as train --compile", choices=COMPILE)
     amp: str = option("auto", "warcraft: as train --amp", choices=AMP)
     time_limit: float | None = option(
