@@ -49,6 +49,7 @@ _PYEPO = {
 DEFAULTS: dict[str, dict[str, Any]] = {
     "shortest-path": dict(_PYEPO),
     "knapsack": dict(_PYEPO),
+    "tsp": dict(_PYEPO),
     "terrain": {
         "lr": 5e-4,
         "batch_size": 35,
@@ -136,6 +137,12 @@ class ProblemSpec:
         Keep generated data in the user cache folder.
     data
         The folder of the published Warcraft files (``warcraft``; ``None``: generated terrain maps).
+    nodes
+        Number of nodes of ``tsp``.
+    solve_ratio
+        ``tsp``: the share of training rows sent to the solver, the others answered by a solution cache.
+    pool
+        The run's solver pool (``None``: solve in this process), for solves while the problem is built.
     """
 
     n_train: int
@@ -151,6 +158,9 @@ class ProblemSpec:
     oracle: str = "auto"
     cache: bool = False
     data: str | None = None
+    nodes: int = 20
+    solve_ratio: float = 1.0
+    pool: Any = None
 
     @property
     def native(self) -> bool:
@@ -278,6 +288,13 @@ def _image_problem(
     return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS[name])
 
 
+def _tsp_problem(spec: ProblemSpec) -> Problem:
+    """Travelling salesperson on --nodes nodes (PyEPO's TSP data), linear model, CP-SAT tours."""
+    from .tsp import tsp_problem  # its own module (imports this one)
+
+    return tsp_problem(spec)
+
+
 PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
     "problem",
     {
@@ -285,6 +302,7 @@ PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
         "knapsack": knapsack_problem,
         "terrain": terrain_problem,
         "warcraft": warcraft_problem,
+        "tsp": _tsp_problem,
     },
 )
 """Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its
@@ -307,6 +325,9 @@ def make_problem(
     oracle: str = "auto",
     cache: bool = False,
     data: str | None = None,
+    nodes: int = 20,
+    solve_ratio: float = 1.0,
+    pool: Any = None,
 ) -> Problem:
     """Build ``name`` (a key of `PROBLEMS`) with data seed ``seed``: ``PROBLEMS[name](ProblemSpec(...))``.
 
@@ -319,7 +340,8 @@ def make_problem(
     ``"auto"`` keeps the host one and ``"device"`` raises ``ValueError``. Terrain maps are stored as
     ``uint8`` images, kept in the user cache when ``cache``; ``model`` is ``terrain-cnn`` (default) or
     ``resnet-stem`` for terrain, ``linear`` otherwise. ``data`` is the folder of the published Warcraft
-    files (problem ``warcraft`` only).
+    files (problem ``warcraft`` only). ``nodes`` and ``solve_ratio`` set the ``tsp`` problem; ``pool`` solves
+    what building the problem needs solved (``tsp``'s optimal tours).
     """
     if name not in PROBLEMS:
         raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
@@ -337,6 +359,9 @@ def make_problem(
         oracle=oracle,
         cache=cache,
         data=data,
+        nodes=nodes,
+        solve_ratio=solve_ratio,
+        pool=pool,
     )
     return PROBLEMS[name](spec)
 

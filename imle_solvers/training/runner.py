@@ -32,6 +32,8 @@ def title(config: TrainConfig) -> str:
     if config.problem == "warcraft":
         source = "generated maps" if config.data is None else config.data
         return f"Warcraft {config.size}×{config.size} ({source}), {config.model}"
+    if config.problem == "tsp":
+        return f"TSP {config.nodes} nodes, deg {config.deg}"
     return f"{config.problem}, deg {config.deg}"
 
 
@@ -116,6 +118,9 @@ def _train_all(config: TrainConfig, session: Session, group: DistributedContext 
                 oracle=config.oracle,
                 cache=config.cache,
                 data=config.data,
+                nodes=config.nodes,
+                solve_ratio=config.solve_ratio,
+                pool=pool,
             )
             train, test = prob.train.to(device), prob.test.to(device)  # one copy per seed
             noise: NoiseDistribution = (

@@ -757,6 +757,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     pinned |= {"noise_width": 0.5, "size": 12, "noise": "sog", "tau": 1.0, "lam": 10.0, "workers": 0}
     pinned |= {"threads": 1, "device": "cpu", "oracle": "auto", "compile": "auto", "amp": "auto"}
     pinned |= {"channels_last": "auto", "cache": True, "show_progress": True, "dist_timeout": 300.0}
+    pinned |= {"nodes": 20, "solve_ratio": 1.0}  # PyEPO's TSP size; every training row solved
     assert {name: getattr(config, name) for name in pinned} == pinned
     per_problem = (
         "epochs",
@@ -777,6 +778,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     assert DEFAULTS == {
         "shortest-path": pyepo,
         "knapsack": pyepo,
+        "tsp": pyepo,
         "terrain": images | {"batch_size": 35, "model": "terrain-cnn"},  # the blackbox paper's 12 × 12 runs
         "warcraft": images | {"batch_size": 70, "epochs": 50, "model": "resnet-stem"},  # the I-MLE paper's
     }
