@@ -9,6 +9,9 @@ and each I-MLE row gives its speed-up over it: the median over rounds of the per
 lowest and highest ratio of the rounds (the spread over repeats). The host oracle ``graphs.ShortestPath``
 (in the DAG's arc order) is timed next to the torch-native ``DAGShortestPath`` to show what the oracle
 contributes.
+
+``--problem tsp`` runs PyEPO's travelling salesperson instead, side by side with PyEPO's own methods
+(see [`pto_tsp`][imle_solvers.benchmarks.pto_tsp]).
 """
 
 from __future__ import annotations
@@ -83,8 +86,13 @@ def _pyepo_epoch(train: Any) -> Callable[[int], float] | None:
     return epoch
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE."""
+def run(quick: bool = False, problem: str = "shortest-path") -> list[dict[str, Any]]:
+    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE
+    (``problem="tsp"``: [`pto_tsp.run`][imle_solvers.benchmarks.pto_tsp.run])."""
+    if problem == "tsp":
+        from .pto_tsp import run as run_tsp
+
+        return run_tsp(quick)
     from ..data import shortest_path
     from ..training import train_model
     from ..training.models import linear_model
