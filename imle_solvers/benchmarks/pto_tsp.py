@@ -213,11 +213,11 @@ def run(quick: bool = False, protocol: Protocol | None = None) -> list[dict[str,
             "configuration": label,
             "s_per_epoch": statistics.median(seconds[label]),
         }
-        samples = 10 if label.endswith("S=10") else 1 if label.endswith("S=1") else None
-        if samples is not None and speedups[samples]:
-            row["speed-up vs PyEPO I-MLE"] = statistics.median(speedups[samples])
-            row["speed-up min"] = min(speedups[samples])
-            row["speed-up max"] = max(speedups[samples])
+        equal_s = 10 if label.endswith("S=10") else 1 if label.endswith("S=1") else None
+        if equal_s is not None and speedups[equal_s]:  # our I-MLE rows: PyEPO's I-MLE at the same S
+            row["speed-up vs PyEPO I-MLE"] = statistics.median(speedups[equal_s])
+            row["speed-up min"] = min(speedups[equal_s])
+            row["speed-up max"] = max(speedups[equal_s])
         if label in regrets:
             row["regret_mean"], row["regret_std"] = _summary(regrets[label])
         rows.append(row)
