@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,6 +124,7 @@ def test_tour_order_and_bad_states() -> None:
     tsp = TravellingSalesperson(5)
     z = tsp.solve(np.array([1.0, 9, 9, 1, 1, 9, 9, 1, 9, 1]))  # 0-1-2-3-4-0
     assert tsp.tour(z) == [0, 1, 2, 3, 4]
+    assert tsp.tour(torch.tensor(z, requires_grad=True)) == [0, 1, 2, 3, 4]  # a layer's output
     with pytest.raises(ValueError, match="exactly two"):
         tsp.tour(np.zeros(10))
     two_cycles = np.zeros(15)  # 0-1-2 and 3-4-5 on 6 nodes

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from ..._checks import integer_at_least, one_of, positive, positive_int
 from ...errors import InvalidSolutionError, require
@@ -219,11 +220,14 @@ class TravellingSalesperson(MapOracle):
         """The 0/1 edge indicator ``(m,)`` of a shortest tour for edge costs ``weights`` ``(m,)``."""
         return self.oracle.solve(weights)
 
-    def tour(self, state: Sequence[float] | np.ndarray) -> list[int]:
-        """The nodes of a tour state in visiting order, from node 0 towards its smaller neighbour.
+    def tour(self, state: Sequence[float] | np.ndarray | torch.Tensor) -> list[int]:
+        """The nodes of a tour state (``(m,)``, NumPy or torch) in visiting order, from node 0 towards its
+        smaller neighbour.
 
         Raises ``ValueError`` when ``state`` is not one tour through every node.
         """
+        if isinstance(state, torch.Tensor):
+            state = state.detach().cpu().numpy()
         z = np.asarray(state, dtype=np.float64).reshape(-1)
         if z.shape != (self.n_vars,):
             raise ValueError(f"a state has {self.n_vars} entries, got shape {z.shape}")
