@@ -57,9 +57,7 @@ class Protocol:
     num_features: int = 5
 
 
-FULL = Protocol(
-    nodes=8, n_train=48, n_test=48, epochs=2, seeds=(0, 1, 2), pyepo_instances=4, batch_size=16
-)
+FULL = Protocol(nodes=8, n_train=48, n_test=48, epochs=2, seeds=(0, 1, 2), pyepo_instances=4, batch_size=16)
 """The documented run (its rows are in the docs)."""
 QUICK = Protocol(nodes=6, n_train=16, n_test=16, epochs=1, seeds=(0,), pyepo_instances=4, batch_size=8)
 """A smoke run of the same code in about a minute."""
