@@ -2,8 +2,8 @@
 
 One run, one process, one torch thread, the same data for every method: PyEPO's TSP data
 ([`data.tsp`][imle_solvers.data.tsp.tsp], deg 4, noise half-width 0.5, p = 5), ``nn.Linear(5, m)``, Adam
-lr 0.01, for every seed of the protocol (`FULL`: 8 nodes, 48 training and 48 test instances, batch 16,
-2 epochs, seeds 0, 1, 2; `QUICK`: 6 nodes, 16 and 16, 1 epoch, seed 0):
+lr 0.01, for every seed of the protocol (`FULL`: 8 nodes, 64 training and 48 test instances, batch 8,
+8 epochs, seeds 0, 1, 2; `QUICK`: 6 nodes, 16 and 16, batch 8, 1 epoch, seed 0):
 
 * this library's I-MLE (``imle``, S = 1 and S = 10), SPO+ and two-stage, trained with
   [`train_model`][imle_solvers.training.train_model] on
@@ -57,7 +57,7 @@ class Protocol:
     num_features: int = 5
 
 
-FULL = Protocol(nodes=8, n_train=48, n_test=48, epochs=2, seeds=(0, 1, 2), pyepo_instances=4, batch_size=16)
+FULL = Protocol(nodes=8, n_train=64, n_test=48, epochs=8, seeds=(0, 1, 2), pyepo_instances=4, batch_size=8)
 """The documented run (its rows are in the docs)."""
 QUICK = Protocol(nodes=6, n_train=16, n_test=16, epochs=1, seeds=(0,), pyepo_instances=4, batch_size=8)
 """A smoke run of the same code in about a minute."""

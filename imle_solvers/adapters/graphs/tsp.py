@@ -248,10 +248,10 @@ class TravellingSalesperson(MapOracle):
 
     def objective_tolerance(self, weights: np.ndarray) -> float:
         """How far from the optimum a returned tour may be (weights' units): ``n · max|c| / (2R)`` on CP-SAT
-        (integer scaling), 0 for the ILP back ends (up to their own tolerances)."""
+        (integer scaling); ``10⁻⁶`` for the ILP back ends (the MIP solvers' absolute optimality gap)."""
         if isinstance(self.oracle, _CircuitOracle):
             return self.n_nodes * float(np.max(np.abs(weights))) / (2 * self.oracle.resolution)
-        return 0.0
+        return 1e-6
 
     def __repr__(self) -> str:
         extra = "" if self.backend == "cpsat" else f", formulation={self.formulation!r}"
