@@ -30,11 +30,13 @@ def test_pyepo_oracle_reads_a_tsp_model(model: Any) -> None:
     oracle = PyEPOOracle(model)
     assert (oracle.sense, oracle.n_vars, oracle.expected_nonzeros) == ("min", 10, 5.0)
     ours = TravellingSalesperson(5)
+    highs = TravellingSalesperson(5, "highs")  # HiGHS in the process where Pyomo started it first
     rng = np.random.default_rng(0)
     for c in rng.uniform(-1, 3, size=(4, 10)):  # negative costs included
         z = oracle.solve(c)
         assert z.sum() == 5 and len(ours.tour(z)) == 5  # PyEPO's state is a tour in our edge order
         assert z @ c == pytest.approx(ours.solve(c) @ c, abs=1e-6)
+        assert z @ c == pytest.approx(highs.solve(c) @ c, abs=1e-6)
 
 
 def test_equivalent_oracle_is_ours_with_the_same_edges(model: Any) -> None:

@@ -111,3 +111,14 @@ def test_help_lists_the_problem(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     text = capsys.readouterr().out
     assert "tsp" in text and "--nodes" in text and "--solve-ratio" in text
+
+
+def test_every_method_of_train_runs_on_tsp(tmp_path: Path) -> None:
+    from imle_solvers.training import METHODS
+
+    argv = ["--problem", "tsp", "--nodes", "5", "--n-train", "8", "--n-test", "4", "--epochs", "1"]
+    argv += ["--batch-size", "4", "--samples", "2", "--methods", "all", "--quiet", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert [r["method"] for r in runs] == list(METHODS)
+    assert all(np.isfinite(r["regret"]) for r in runs)
