@@ -288,11 +288,14 @@ def _image_problem(
     return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS[name])
 
 
-def _tsp_problem(spec: ProblemSpec) -> Problem:
+def tsp_problem(spec: ProblemSpec) -> Problem:
     """Travelling salesperson on --nodes nodes (PyEPO's TSP data), linear model, CP-SAT tours."""
-    from .tsp import tsp_problem  # its own module (imports this one)
+    from .tsp import tsp_parts  # data and oracles in their own module
 
-    return tsp_problem(spec)
+    _linear("tsp", spec)
+    train, test, train_oracle, eval_oracle = tsp_parts(spec)
+    m, p = eval_oracle.n_vars, spec.num_features
+    return Problem(train, test, lambda: linear_model(p, m), train_oracle, eval_oracle, DEFAULTS["tsp"])
 
 
 PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
@@ -302,7 +305,7 @@ PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
         "knapsack": knapsack_problem,
         "terrain": terrain_problem,
         "warcraft": warcraft_problem,
-        "tsp": _tsp_problem,
+        "tsp": tsp_problem,
     },
 )
 """Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its

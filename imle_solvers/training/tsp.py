@@ -8,28 +8,32 @@ to a Dask cluster; ``--solve-ratio R < 1`` answers a share ``1 − R`` of the tr
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..data.dataset import PTODataset
 from ..oracle import MapOracle
-from .models import linear_model
-from .problems import DEFAULTS, Problem, ProblemSpec, _choose, _linear
 
-__all__ = ["tsp_problem"]
+__all__ = ["tsp_parts"]
 
 
-def tsp_problem(spec: ProblemSpec) -> Problem:
-    """Travelling salesperson on --nodes nodes (PyEPO's TSP data), linear model, CP-SAT tours.
+def tsp_parts(spec: Any) -> tuple[PTODataset, PTODataset, MapOracle, MapOracle]:
+    """The train and test sets, the training oracle and the evaluation oracle of ``--problem tsp``.
 
-    The training data's optimal tours are solved once, on ``spec.pool`` when there is one. Training solves
-    the noisy and target costs with [`TravellingSalesperson`][imle_solvers.TravellingSalesperson] (CP-SAT's
-    circuit constraint), wrapped in a [`SolutionCache`][imle_solvers.SolutionCache] when
-    ``spec.solve_ratio < 1``; evaluation always solves exactly. No device-native oracle exists:
-    ``oracle="device"`` is refused, ``"auto"`` keeps CP-SAT on every device.
+    ``spec`` is the problem's [`ProblemSpec`][imle_solvers.training.problems.ProblemSpec] (``nodes``,
+    ``num_features``, ``deg``, ``noise_width``, ``seed``, ``n_train``, ``n_test``, ``oracle``, ``pool``,
+    ``solve_ratio``). The data set's optimal tours are solved once, on ``spec.pool`` when there is one.
+    Training solves the noisy and target costs with
+    [`TravellingSalesperson`][imle_solvers.TravellingSalesperson] (CP-SAT's circuit constraint), wrapped in
+    a [`SolutionCache`][imle_solvers.SolutionCache] when ``spec.solve_ratio < 1``; evaluation always solves
+    exactly. No device-native oracle exists: ``oracle="device"`` is refused, ``"auto"`` keeps CP-SAT on
+    every device.
     """
     from ..adapters.graphs.tsp import TravellingSalesperson
     from ..data.tsp import tsp
 
-    _linear("tsp", spec)
     oracle = TravellingSalesperson(spec.nodes)
-    exact = _choose(oracle, None, spec.native, spec.oracle)  # raises for --oracle device
+    if spec.oracle == "device":
+        raise ValueError(f"no device-native oracle is installed for {oracle!r} (use --oracle host or auto)")
     data = tsp(
         spec.n_train + spec.n_test,
         spec.num_features,
@@ -41,10 +45,9 @@ def tsp_problem(spec: ProblemSpec) -> Problem:
         pool=spec.pool,
     )
     train, test = data.split(spec.n_train)
-    train_oracle: MapOracle = exact
+    train_oracle: MapOracle = oracle
     if spec.solve_ratio < 1:
         from ..pool import SolutionCache
 
-        train_oracle = SolutionCache(exact, p=1.0 - spec.solve_ratio, seed=spec.seed)
-    m, p = oracle.n_vars, spec.num_features
-    return Problem(train, test, lambda: linear_model(p, m), train_oracle, exact, DEFAULTS["tsp"])
+        train_oracle = SolutionCache(oracle, p=1.0 - spec.solve_ratio, seed=spec.seed)
+    return train, test, train_oracle, oracle
