@@ -300,7 +300,7 @@ def test_config_checks_the_python_api_too() -> None:
     with pytest.raises(ConfigError, match="epochs must be a positive integer, got 0"):
         TrainConfig(epochs=0)
     with pytest.raises(ConfigError, match="problem must be one of"):
-        TrainConfig(problem="tsp")
+        TrainConfig(problem="portfolio")  # PyEPO has it; we do not (yet)
     with pytest.raises(ConfigError, match=r"lr_drops must be a positive integer, got -1"):
         TrainConfig(lr_drops=(30, -1))
     with pytest.raises(ConfigError, match=r"epochs must be an integer, got '3'"):
