@@ -21,7 +21,7 @@ from imle_solvers import IMLE, SolverPool, TravellingSalesperson, regret
 from imle_solvers.data import tsp
 
 QUICK = os.environ.get("IMLE_SOLVERS_TUTORIAL_QUICK") == "1"
-NODES, N_TRAIN, SAMPLES = (6, 32, 2) if QUICK else (12, 128, 10)
+NODES, N_TRAIN, N_TEST, SAMPLES = (6, 16, 16, 2) if QUICK else (12, 128, 64, 10)
 
 # %% [markdown]
 # ## A TSP layer in 15 lines
@@ -32,7 +32,7 @@ NODES, N_TRAIN, SAMPLES = (6, 32, 2) if QUICK else (12, 128, 10)
 # I-MLE layer perturbs the predicted costs, solves `S` tours per instance, and the loss is their true length.
 
 # %%
-train, test = tsp(N_TRAIN + 64, num_nodes=NODES, deg=4, noise_width=0.5, seed=0).split(N_TRAIN)
+train, test = tsp(N_TRAIN + N_TEST, num_nodes=NODES, deg=4, noise_width=0.5, seed=0).split(N_TRAIN)
 oracle = train.oracle  # TravellingSalesperson(NODES): CP-SAT's circuit constraint
 layer = IMLE(oracle, samples=SAMPLES)  # SumOfGamma noise with κ = NODES edges per tour
 
