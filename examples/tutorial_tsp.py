@@ -5,10 +5,14 @@
 # is trained on the length of the tours it leads to. Unlike a shortest path, every solve costs
 # milliseconds (an exact tour from CP-SAT), so where the solves run decides the epoch time. First a TSP
 # layer in 15 lines, then the same epoch with a process pool and with a Dask cluster, and what each
-# costs. Open it as a notebook (about a minute; `IMLE_SOLVERS_TUTORIAL_QUICK=1`: seconds). As a plain script,
-# Python's process workers would re-read it (the reason scripts with process pools need a `__name__`
-# guard, which notebook cells do not have): run it with
+# costs. Open it as a notebook (about two minutes on 2 cores; `IMLE_SOLVERS_TUTORIAL_QUICK=1`: seconds).
+# As a plain script, Python's process workers would re-read it (the reason scripts with process pools
+# need a `__name__` guard, which notebook cells do not have): run it with
 # `python -c "import runpy; runpy.run_path('examples/tutorial_tsp.py')"` instead.
+#
+# One run on a 2-core machine shared with other jobs (12 nodes, 128 instances, S = 10, batch 32): 29.7 s
+# per epoch in the training process, 16.2 s on 2 worker processes (1.84×), 19.3 s on a 2-worker Dask
+# cluster (1.54×).
 
 # %%
 import os
