@@ -54,6 +54,7 @@ _LAZY: dict[str, str] = {
     "ClampedCosts": ".adapters",
     "TorchMatching": ".adapters",
     "TorchSpanningTree": ".adapters",
+    "TravellingSalesperson": ".adapters",
 }
 
 __all__ = [
@@ -100,6 +101,7 @@ __all__ = [
     "TorchMatching",
     "TorchOracle",
     "TorchSpanningTree",
+    "TravellingSalesperson",
     "UnboundedError",
     "UnprovenSolutionWarning",
     "WorkerCrashedError",
@@ -130,6 +132,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TorchKnapsack,
         TorchMatching,
         TorchSpanningTree,
+        TravellingSalesperson,
     )
     from .imle import imle
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret

@@ -115,6 +115,9 @@ class BenchConfig(OnDevice):
         As ``imle-solvers train --amp``.
     time_limit
         Stop after the epoch that passes this many seconds of training and project the rest.
+    problem
+        The ``pto`` suite's problem: ``shortest-path`` (default) or ``tsp`` (PyEPO's travelling salesperson,
+        side by side with PyEPO's methods, and on process pools and a Dask cluster).
     """
 
     command: ClassVar[str] = "bench"
@@ -122,6 +125,7 @@ class BenchConfig(OnDevice):
     epilog: ClassVar[str] = """\
 examples:
   imle-solvers bench backends --quick --json runs/backends.json
+  imle-solvers bench pto --problem tsp                 # our TSP training vs PyEPO's, pools, Dask
   imle-solvers bench warcraft --device cuda            # 2 epochs of the 30×30 protocol, projected to 50
   imle-solvers bench warcraft --full --data DIR        # all 50 epochs on the published maps, accuracy"""
 
@@ -168,6 +172,12 @@ examples:
         default_text="none",
     )
 
+    problem: str = option(
+        "shortest-path",
+        "pto: the problem, shortest-path or tsp (side by side with PyEPO's TSP methods, pools, Dask)",
+        choices=("shortest-path", "tsp"),
+    )
+
     @classmethod
     def help_epilog(cls) -> str:
         return f"{_suite_listing()}\n\n{cls.epilog}"
@@ -178,9 +188,13 @@ examples:
             for name in WARCRAFT_OPTIONS:
                 if getattr(self, name) != defaults[name]:
                     raise ConfigError(f"applies to the warcraft suite only, got suite {self.suite!r}", name)
+        if self.problem != "shortest-path" and self.suite not in ("pto", "all"):
+            raise ConfigError(f"applies to the pto suite only, got suite {self.suite!r}", "problem")
 
     def suite_options(self, suite: str) -> dict[str, Any]:
         """The keyword arguments of ``suite``'s ``run`` besides ``quick`` (the warcraft options)."""
+        if suite == "pto" and self.problem != "shortest-path":
+            return {"problem": self.problem}
         return {name: getattr(self, name) for name in WARCRAFT_OPTIONS} if suite == "warcraft" else {}
 
     def preflight(self) -> None:

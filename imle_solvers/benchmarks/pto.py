@@ -9,6 +9,9 @@ and each I-MLE row gives its speed-up over it: the median over rounds of the per
 lowest and highest ratio of the rounds (the spread over repeats). The host oracle ``graphs.ShortestPath``
 (in the DAG's arc order) is timed next to the torch-native ``DAGShortestPath`` to show what the oracle
 contributes.
+
+``--problem tsp`` runs PyEPO's travelling salesperson instead, side by side with PyEPO's own methods
+(see [`pto_tsp`][imle_solvers.benchmarks.pto_tsp]).
 """
 
 from __future__ import annotations
@@ -83,8 +86,13 @@ def _pyepo_epoch(train: Any) -> Callable[[int], float] | None:
     return epoch
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE."""
+def run(quick: bool = False, problem: str = "shortest-path") -> list[dict[str, Any]]:
+    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE
+    (``problem="tsp"``: [`pto_tsp.run`][imle_solvers.benchmarks.pto_tsp.run])."""
+    if problem == "tsp":
+        from .pto_tsp import run as run_tsp
+
+        return run_tsp(quick)
     import dataclasses
 
     from ..training import TrainConfig, make_problem, train_model
@@ -96,8 +104,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         problem="shortest-path", deg=2, noise_width=0.5, n_train=n_train, n_test=100, epochs=2
     )
     plan = dataclasses.replace(config.plan(), show_progress=False)
-    problem = make_problem(plan, 0)  # shortest_path(n_train + 100, deg=2, noise_width=0.5, seed=0)
-    train = problem.train
+    paths = make_problem(plan, 0)  # shortest_path(n_train + 100, deg=2, noise_width=0.5, seed=0)
+    train = paths.train
     kappa = train.oracle.expected_nonzeros
     configs: list[tuple[str, str, dict[str, Any], MapOracle | None]] = [
         ("I-MLE, SumOfGamma, S=10, DAGShortestPath", "imle", {"samples": 10}, None),
@@ -126,7 +134,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         mine = dataclasses.replace(
             plan, options=dataclasses.replace(plan.options, **options), schedule=schedule
         )
-        return mine, problem if oracle is None else dataclasses.replace(problem, train_oracle=oracle)
+        return mine, paths if oracle is None else dataclasses.replace(paths, train_oracle=oracle)
 
     pyepo_epoch = _pyepo_epoch(train)
     for _, method, options, oracle in configs:  # warm-up, not timed: first calls pay for caches and imports

@@ -93,7 +93,7 @@ class TrainConfig(RunSettings):
     Attributes
     ----------
     problem
-        ``shortest-path``, ``knapsack``, ``terrain`` or ``warcraft``.
+        ``shortest-path``, ``knapsack``, ``tsp``, ``terrain`` or ``warcraft``.
     methods
         Method names (keys of [`METHODS`][imle_solvers.training.METHODS]); ``("all",)`` for every method.
     seeds
@@ -121,6 +121,11 @@ class TrainConfig(RunSettings):
         S of the perturbation methods.
     size
         Grid size K of ``terrain`` and ``warcraft``.
+    nodes
+        Number of nodes of ``tsp`` (PyEPO's default 20).
+    solve_ratio
+        ``tsp``: the share of training rows solved by the solver; the others are answered from a
+        [`SolutionCache`][imle_solvers.SolutionCache] of the tours found so far (PyEPO's ``solve_ratio``).
     data
         ``warcraft``: the folder of the published files, ``DIR`` or ``DIR/KxK`` (see
         [`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps]); ``None``: generated terrain maps.
@@ -264,6 +269,15 @@ examples:
         "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
         check=lambda v: integer_at_least("", v, 2),
     )
+    nodes: int = option(
+        20, "number of nodes of tsp (PyEPO's default)", check=lambda v: integer_at_least("", v, 3)
+    )
+    solve_ratio: float = option(
+        1.0,
+        "tsp: share of the training rows solved; the others are answered from a solution cache of the tours "
+        "found so far (PyEPO's solve_ratio)",
+        check=lambda v: in_range("", v, 0, 1, closed="(]"),
+    )
     data: str | None = option(
         None,
         "warcraft: the folder of the published files {train,test}_{maps,shortest_paths,vertex_weights}.npy, "
@@ -274,8 +288,8 @@ examples:
     )
     model: str | None = option(
         None,
-        "linear (shortest-path, knapsack); terrain-cnn or resnet-stem (terrain, warcraft; resnet-stem is the "
-        "paper's ResNet18 first block)",
+        "linear (shortest-path, knapsack, tsp); terrain-cnn or resnet-stem (terrain, warcraft; resnet-stem "
+        "is the paper's ResNet18 first block)",
         choices=MODELS,
         default_text=lambda: _per_problem("model"),
     )
@@ -346,6 +360,9 @@ examples:
         if self.model is not None and (self.model == "linear") == image:
             fits = "terrain-cnn or resnet-stem" if image else "linear"
             raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
+        for name, default in (("nodes", 20), ("solve_ratio", 1.0)):
+            if getattr(self, name) != default and self.problem != "tsp":
+                raise ConfigError(f"needs --problem tsp, got problem {self.problem!r}", name)
         if self.data is not None and self.problem != "warcraft":
             raise ConfigError(f"needs --problem warcraft, got problem {self.problem!r}", "data")
 

@@ -15,7 +15,7 @@ Each ``auto`` rule is one function here, a function of what it depends on (testa
 | setting | function | rule |
 |---|---|---|
 | ``--device auto`` | ``app.machine.resolve_device`` | CUDA when available |
-| ``--oracle auto`` | `auto_oracle` | device-native off the CPU (and on it where that is the fastest oracle) |
+| ``--oracle auto`` | `auto_oracle` | device-native off the CPU (and on it where fastest); host without one |
 | ``--amp auto`` | `auto_amp` | bfloat16 for the CNNs on a CUDA device with native bfloat16 |
 | ``--channels-last auto`` | `auto_channels_last` | for the CNNs on CUDA |
 | ``--compile auto`` | `auto_compile` | the recorded step on CUDA unless `recording_blocker` names a reason |
@@ -153,6 +153,10 @@ class DataPlan:
         The folder of the published Warcraft files; ``None``: generated data.
     cache
         Keep generated maps in the user cache folder.
+    nodes
+        Number of nodes of ``tsp``.
+    solve_ratio
+        ``tsp``: the share of training rows sent to the solver, the others answered by a solution cache.
     """
 
     n_train: int
@@ -162,6 +166,8 @@ class DataPlan:
     size: int
     folder: str | None
     cache: bool
+    nodes: int
+    solve_ratio: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -247,6 +253,8 @@ class TrainPlan:
         if self.problem == "warcraft":
             source = "generated maps" if self.data.folder is None else self.data.folder
             return f"Warcraft {size}×{size} ({source}), {self.model}"
+        if self.problem == "tsp":
+            return f"TSP {self.data.nodes} nodes, deg {self.data.deg}"
         return f"{self.problem}, deg {self.data.deg}"
 
     @property
@@ -263,8 +271,13 @@ class TrainPlan:
 def auto_oracle(problem: str, device: torch.device) -> str:
     """``--oracle auto``: ``"device"`` (device-native oracles) off the CPU, and on the CPU for the problems
     whose device-native oracle is also their fastest CPU oracle (``native_on_cpu`` in the problem's
-    ``DEFAULTS``: the knapsack's ``TorchKnapsack``); ``"host"`` otherwise."""
-    if device.type != "cpu" or DEFAULTS.get(problem, {}).get("native_on_cpu", False):
+    ``DEFAULTS``: the knapsack's ``TorchKnapsack``); ``"host"`` otherwise, and on every device for the
+    problems that have no device-native oracle (``native_oracle`` ``False`` in their ``DEFAULTS``:
+    ``tsp``)."""
+    defaults = DEFAULTS.get(problem, {})
+    if not defaults.get("native_oracle", True):
+        return "host"
+    if device.type != "cpu" or defaults.get("native_on_cpu", False):
         return "device"
     return "host"
 
@@ -447,6 +460,8 @@ def resolve(config: TrainConfig) -> TrainPlan:
             size=config.size,
             folder=config.data,
             cache=config.cache,
+            nodes=config.nodes,
+            solve_ratio=config.solve_ratio,
         ),
         schedule=schedule,
         options=options,

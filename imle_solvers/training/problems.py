@@ -13,7 +13,7 @@ from ..adapters.clamp import ClampedCosts
 from ..app.registry import Registry
 from ..data.dataset import PTODataset
 from ..errors import ConfigError, DataError
-from ..oracle import MapOracle, TorchOracle
+from ..oracle import BatchSolver, MapOracle, TorchOracle
 from .models import ResNetStemCNN, TerrainCNN, linear_model
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ _PYEPO = {
 DEFAULTS: dict[str, dict[str, Any]] = {
     "shortest-path": dict(_PYEPO),
     "knapsack": dict(_PYEPO),
+    "tsp": _PYEPO | {"native_on_cpu": False, "native_oracle": False},  # CP-SAT tours on every device
     "terrain": {
         "lr": 5e-4,
         "batch_size": 35,
@@ -80,8 +81,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 """Problem → default settings: `TrainConfig` fields left ``None`` take these; ``eval_batch`` (test
 instances per evaluation call), ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where it differs from
-``samples``) and ``native_on_cpu`` (``--oracle auto`` picks the device-native oracle on the CPU too,
-see [`auto_oracle`][imle_solvers.training.plan.auto_oracle]; absent: ``False``) are not options.
+``samples``), ``native_on_cpu`` (``--oracle auto`` picks the device-native oracle on the CPU too,
+see [`auto_oracle`][imle_solvers.training.plan.auto_oracle]; absent: ``False``) and ``native_oracle``
+(``False``: the problem has no device-native oracle, ``--oracle auto`` keeps the host one on every
+device; absent: ``True``) are not options.
 ``warcraft`` defaults to the paper's protocol (its ``--schedule`` is ``paper``, see
 `SCHEDULE_DEFAULTS`)."""
 
@@ -142,6 +145,12 @@ class ProblemSpec:
         Keep generated data in the user cache folder.
     data
         The folder of the published Warcraft files (``warcraft``; ``None``: generated terrain maps).
+    nodes
+        Number of nodes of ``tsp``.
+    solve_ratio
+        ``tsp``: the share of training rows sent to the solver, the others answered by a solution cache.
+    pool
+        The run's solver pool (``None``: solve in this process), for solves while the problem is built.
     """
 
     n_train: int
@@ -157,6 +166,9 @@ class ProblemSpec:
     oracle: str = "auto"
     cache: bool = False
     data: str | None = None
+    nodes: int = 20
+    solve_ratio: float = 1.0
+    pool: BatchSolver | None = None
 
     @property
     def native(self) -> bool:
@@ -290,6 +302,16 @@ def _image_problem(
     return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS[name])
 
 
+def tsp_problem(spec: ProblemSpec) -> Problem:
+    """Travelling salesperson on --nodes nodes (PyEPO's TSP data), linear model, CP-SAT tours."""
+    from .tsp import tsp_parts  # data and oracles in their own module
+
+    _linear("tsp", spec)
+    train, test, train_oracle, eval_oracle = tsp_parts(spec)
+    m, p = eval_oracle.n_vars, spec.num_features
+    return Problem(train, test, lambda: linear_model(p, m), train_oracle, eval_oracle, DEFAULTS["tsp"])
+
+
 PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
     "problem",
     {
@@ -297,13 +319,14 @@ PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
         "knapsack": knapsack_problem,
         "terrain": terrain_problem,
         "warcraft": warcraft_problem,
+        "tsp": tsp_problem,
     },
 )
 """Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its
 `DEFAULTS`."""
 
 
-def make_problem(plan: TrainPlan, seed: int) -> Problem:
+def make_problem(plan: TrainPlan, seed: int, *, pool: BatchSolver | None = None) -> Problem:
     """The problem of ``plan`` with data seed ``seed``: ``PROBLEMS[plan.problem](ProblemSpec(...))``.
 
     The train and test sets are the first ``plan.data.n_train`` and the next ``plan.data.n_test``
@@ -312,7 +335,10 @@ def make_problem(plan: TrainPlan, seed: int) -> Problem:
     evaluation: ``"device"`` the device-native ones (terrain: ``adapters.TorchGridShortestPath``;
     knapsack: ``adapters.TorchKnapsack``; ``ValueError`` where none is installed), ``"host"`` the
     solver-backed ones (SciPy Dijkstra, CP-SAT). Generated terrain maps are made on ``plan.device``,
-    stored as ``uint8`` images and kept in the user cache with ``plan.data.cache``.
+    stored as ``uint8`` images and kept in the user cache with ``plan.data.cache``. ``plan.data.nodes``
+    and ``plan.data.solve_ratio`` set the ``tsp`` problem; ``pool`` (the run's
+    [`SolverPool`][imle_solvers.pool.SolverPool], as [`train_model`][imle_solvers.training.train_model]
+    takes it) solves what building the problem needs solved (``tsp``'s optimal tours).
     """
     if plan.problem not in PROBLEMS:
         raise ValueError(f"unknown problem {plan.problem!r}; choose from {', '.join(PROBLEMS)}")
@@ -328,6 +354,9 @@ def make_problem(plan: TrainPlan, seed: int) -> Problem:
         oracle=plan.oracle,
         cache=plan.data.cache,
         data=plan.data.folder,
+        nodes=plan.data.nodes,
+        solve_ratio=plan.data.solve_ratio,
+        pool=pool,
     )
     return PROBLEMS[plan.problem](spec)
 

@@ -82,7 +82,8 @@ def _train_all(plan: TrainPlan, session: Session, group: DistributedContext | No
     pool = _pool(plan)
     try:
         for seed in plan.seeds:
-            problem = make_problem(plan, seed)  # the data are made on (or moved to) the device once
+            # the data are made on (or moved to) the device once; the pool solves what they need solved
+            problem = make_problem(plan, seed, pool=pool)
             for name in plan.methods:
                 result = train_model(plan, problem, name, seed, pool=pool, distributed=group)
                 session.add(result)

@@ -41,6 +41,8 @@ CPU, CUDA, CUDA1 = torch.device("cpu"), torch.device("cuda"), torch.device("cuda
         ("knapsack", CPU, "device"),  # TorchKnapsack is the CPU's fastest knapsack oracle too
         ("shortest-path", CPU, "device"),
         ("shortest-path", CUDA, "device"),
+        ("tsp", CPU, "host"),  # no device-native TSP oracle: CP-SAT on every device
+        ("tsp", CUDA, "host"),
         ("a-problem-without-defaults", CPU, "host"),
     ],
 )
@@ -170,6 +172,7 @@ def test_on_a_gpu_auto_is_the_measured_fastest(monkeypatch: pytest.MonkeyPatch) 
     assert _step(problem="warcraft") == ("graph", True, True, "device")
     assert _step(problem="terrain", model="terrain-cnn") == ("graph", True, True, "device")
     assert _step(problem="shortest-path") == ("graph", False, False, "device")  # the linear model: float32
+    assert _step(problem="tsp") == ("off", False, False, "host")  # CP-SAT tours: the step needs the host
     assert plan_of(problem="warcraft").step.cudnn_benchmark is True
     # eager where the step cannot be recorded, with the reason
     assert _step(problem="warcraft", oracle="host") == ("off", True, True, "host")

@@ -308,7 +308,7 @@ def test_config_checks_the_python_api_too() -> None:
     with pytest.raises(ConfigError, match="epochs must be a positive integer, got 0"):
         TrainConfig(epochs=0)
     with pytest.raises(ConfigError, match="problem must be one of"):
-        TrainConfig(problem="tsp")
+        TrainConfig(problem="portfolio")  # PyEPO has it; we do not (yet)
     with pytest.raises(ConfigError, match=r"lr_drops must be a positive integer, got -1"):
         TrainConfig(lr_drops=(30, -1))
     with pytest.raises(ConfigError, match=r"epochs must be an integer, got '3'"):
@@ -760,6 +760,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     pinned |= {"noise_width": 0.5, "size": 12, "noise": "sog", "tau": 1.0, "lam": 10.0, "workers": 0}
     pinned |= {"threads": 1, "device": "cpu", "oracle": "auto", "compile": "auto", "amp": "auto"}
     pinned |= {"channels_last": "auto", "cache": True, "show_progress": True, "dist_timeout": 300.0}
+    pinned |= {"nodes": 20, "solve_ratio": 1.0}  # PyEPO's TSP size; every training row solved
     assert {name: getattr(config, name) for name in pinned} == pinned
     per_problem = (
         "epochs",
@@ -781,6 +782,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     assert DEFAULTS == {
         "shortest-path": pyepo,
         "knapsack": pyepo,
+        "tsp": pyepo | {"native_on_cpu": False, "native_oracle": False},  # no device-native TSP oracle
         "terrain": images | {"batch_size": 35, "model": "terrain-cnn"},  # the blackbox paper's 12 × 12 runs
         "warcraft": images | {"batch_size": 70, "epochs": 50, "model": "resnet-stem"},  # the I-MLE paper's
     }
