@@ -27,8 +27,7 @@ import numpy as np
 import torch
 
 from imle_solvers.app.report import format_table
-from imle_solvers.training import train_model
-from imle_solvers.training.problems import make_problem
+from imle_solvers.training import TrainConfig, make_problem, train_model
 
 METHODS = {"imle-mumu": "I-MLE μ-μ", "dbb": "BB", "dpo": "DPO", "pfyl": "DPO + FY loss"}
 COLOURS = {"imle-mumu": "tab:blue", "dbb": "tab:orange", "dpo": "magenta", "pfyl": "tab:red"}
@@ -46,8 +45,8 @@ def plot(problem: object, models: dict[str, torch.nn.Module], path: str) -> None
     k, pix = 12, test.features.shape[-1] // 12
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.6))
     for ax, i in zip(axes, range(3)):
-        ax.imshow(test.features[i].permute(1, 2, 0).numpy())
-        curves: list[tuple[str, torch.Tensor, str, int]] = [("optimal", test.solutions[i], "w", 9)]
+        ax.imshow(test.features[i].permute(1, 2, 0).cpu().numpy())
+        curves: list[tuple[str, torch.Tensor, str, int]] = [("optimal", test.solutions[i].cpu(), "w", 9)]
         with torch.no_grad():
             for name, model in models.items():
                 model.eval()
@@ -85,33 +84,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     acc: dict[str, list[float]] = {m: [] for m in METHODS}
+    config = TrainConfig(
+        problem="terrain",
+        methods=tuple(METHODS),
+        n_train=args.n_train,
+        n_test=args.n_test,
+        epochs=args.epochs,
+        model=args.model,
+        device=args.device,
+        show_progress=True,
+    )
+    plan = config.plan()  # the problem's defaults and the device's fastest settings, resolved once
     for seed in args.seeds:
-        problem = make_problem(
-            "terrain", args.n_train, args.n_test, seed, model=args.model, device=args.device
-        )
-        d = problem.defaults
+        problem = make_problem(plan, seed)
         models = {}
         for name in METHODS:
             torch.manual_seed(seed)
             model = problem.model()
-            out = train_model(
-                model,
-                name,
-                problem.train,
-                problem.test,
-                epochs=args.epochs,
-                batch_size=d["batch_size"],
-                lr=d["lr"],
-                seed=seed,
-                train_oracle=problem.train_oracle,
-                eval_oracle=problem.eval_oracle,
-                device=args.device,
-                method_options={
-                    "samples": d["samples"],
-                    "bb_loss": d["bb_loss"],
-                    "dpo_samples": d["dpo_samples"],
-                },
-            )
+            out = train_model(plan, problem, name, seed, model=model)
             acc[name].append(100 * out.accuracy)
             models[name] = model
             print(f"seed {seed} {name:>10}: accuracy {100 * out.accuracy:.1f}%", flush=True)

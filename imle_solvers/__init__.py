@@ -54,6 +54,7 @@ _LAZY: dict[str, str] = {
     "ClampedCosts": ".adapters",
     "TorchMatching": ".adapters",
     "TorchSpanningTree": ".adapters",
+    "TravellingSalesperson": ".adapters",
 }
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "TorchMatching",
     "TorchOracle",
     "TorchSpanningTree",
+    "TravellingSalesperson",
     "UnboundedError",
     "UnprovenSolutionWarning",
     "WorkerCrashedError",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TorchKnapsack,
         TorchMatching,
         TorchSpanningTree,
+        TravellingSalesperson,
     )
     from .imle import imle
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret

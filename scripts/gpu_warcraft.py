@@ -142,7 +142,11 @@ def cuda_tests() -> None:
         import hypothesis  # noqa: F401  (tests/conftest.py needs it)
     except ImportError:
         command.append("--noconftest")
-    command += ["tests/training/test_step.py", "tests/benchmarks/test_bench_warcraft.py"]
+    command += [
+        "tests/training/test_step.py",
+        "tests/benchmarks/test_bench_warcraft.py",
+        "tests/training/test_data.py",
+    ]
     done = subprocess.run(command, timeout=max(20.0, min(60.0, left() - 25.0)), check=False)
     if done.returncode != 0:
         FAILED.append("CUDA tests")
@@ -167,12 +171,13 @@ def small_grid() -> None:
             amp=amp,
             channels_last=channels_last,
             model="terrain-cnn",
-        )
+            cache=False,
+        ).plan()
         threads = torch.get_num_threads()
         if device == "cpu":
             torch.set_num_threads(os.cpu_count() or 1)  # the whole host against the GPU
         try:
-            problem, data_s = bench.load_problem(config, cache=False)
+            problem, data_s = bench.load_problem(config)
             rows = bench.protocol_rows(config, problem, data_s=data_s)
         finally:
             torch.set_num_threads(threads)
@@ -203,8 +208,10 @@ PROTOCOL: dict[str, Any] = {}
 
 def big_data() -> None:
     device = "cuda" if CUDA else "cpu"
-    config = bench.protocol_config(size=BIG["size"], maps=BIG["maps"], test_maps=BIG["test"], device=device)
-    problem, data_s = bench.load_problem(config, cache=False)
+    config = bench.protocol_config(
+        size=BIG["size"], maps=BIG["maps"], test_maps=BIG["test"], device=device, cache=False
+    ).plan()
+    problem, data_s = bench.load_problem(config)
     PROTOCOL["problem"] = problem
     grid = f"{BIG['size']}×{BIG['size']}"
     print(f"{len(problem.train):,} + {len(problem.test):,} maps of {grid} on {device}: {data_s:.1f} s")
@@ -227,7 +234,7 @@ def settings_trial() -> None:
             compile=compile,
             amp=amp,
             channels_last=channels_last,
-        )
+        ).plan()
         rows = bench.protocol_rows(config, PROTOCOL["problem"])
         info = summary(rows)
         evals = [r["eval_s"] for r in rows if r.get("suite") == "epochs"]
@@ -258,7 +265,7 @@ def protocol() -> None:
         epochs=bench.PROTOCOL_EPOCHS,
         device=device,
         compile="graph" if CUDA else "auto",
-    )
+    ).plan()
     limit = left() - args.reserve - 10.0  # 10 s: the evaluations and the last epoch's overshoot
     print(f"time limit for training: {limit:.1f} s ({args.reserve:.0f} s kept for steps 3-5)", flush=True)
     start = time.perf_counter()

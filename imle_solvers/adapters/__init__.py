@@ -14,7 +14,9 @@ the extra to install.
   [`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] (device-native),
   [`Matching`][imle_solvers.Matching], [`SpanningTree`][imle_solvers.SpanningTree] (extra ``graphs`` for
   NetworkX graphs), [`TorchMatching`][imle_solvers.TorchMatching] (bipartite assignment) and
-  [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] (device-native);
+  [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] (device-native),
+  [`TravellingSalesperson`][imle_solvers.TravellingSalesperson] (tours; CP-SAT's circuit or an ILP on
+  HiGHS/CBC);
 * ``knapsack.py`` — [`TorchKnapsack`][imle_solvers.TorchKnapsack], the 0/1 knapsack with integer item
   weights (device-native);
 * ``imle_solvers.topk`` — [`TopK`][imle_solvers.TopK], the k-subset (device-native; part of the core);
@@ -40,6 +42,7 @@ _LAZY: dict[str, str] = {
     "SpanningTree": ".graphs",
     "TorchMatching": ".graphs",
     "TorchSpanningTree": ".graphs",
+    "TravellingSalesperson": ".graphs",
     "TorchKnapsack": ".knapsack",
     "TopK": "..topk",
     "ClampedCosts": ".clamp",
@@ -63,6 +66,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TorchGridShortestPath,
         TorchMatching,
         TorchSpanningTree,
+        TravellingSalesperson,
     )
     from .ilp import ILP, CPSATOracle, PulpOracle  # noqa: F401
     from .knapsack import TorchKnapsack  # noqa: F401

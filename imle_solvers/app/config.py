@@ -27,9 +27,21 @@ from typing import Any, ClassVar, TypeVar
 
 from .._checks import positive, positive_int
 from ..errors import ConfigError
-from .machine import check_device, check_output_dir
+from .machine import check_device, check_output_dir, device_name
 
-__all__ = ["CommandConfig", "Option", "option"]
+__all__ = [
+    "CommandConfig",
+    "OnDevice",
+    "Option",
+    "Progress",
+    "RunSettings",
+    "Seeded",
+    "Threaded",
+    "Written",
+    "inherit",
+    "option",
+    "seed_value",
+]
 
 Check = Callable[[Any], Any]
 Text = str | Callable[[], str]
@@ -47,6 +59,8 @@ class Option:
     metavar: str | None = None
     positional: bool = False
     default_text: Text | None = None
+    shared: bool = False
+    """A run setting every command declares alike (see `RunSettings`): listed after the command's own."""
 
 
 def option(
@@ -276,6 +290,7 @@ def fields(cls: type) -> tuple[_Field, ...]:
             if base is bool and f.default is True and not spec.flags:
                 raise TypeError(f"{cls.__name__}.{f.name}: a flag that defaults to True needs flags=")
             found.append(_Field(f.name, spec, base, many, optional, f.default))
+        found.sort(key=lambda field: field.option.shared)  # the command's own options first
         _FIELDS[cls] = tuple(found)
     return _FIELDS[cls]
 
@@ -392,6 +407,100 @@ class CommandConfig:
         (``argument --epochs: must be …``)."""
         spec = next((s for s in fields(cls) if s.name == error.field), None)
         return str(error) if spec is None else f"argument {spec.label}: {error.reason}"
+
+
+# --- the run settings every command shares ---------------------------------------------------------------
+
+
+def seed_value(value: Any) -> int:
+    """The constraint of a seed: an integer in ``[0, 2**32)`` (what ``torch.manual_seed`` and NumPy take)."""
+    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
+        raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
+    return int(value)
+
+
+def _shared(default: Any, help: Text, **kwargs: Any) -> Any:
+    """A run setting declared once for every command that inherits it (listed after the command's own)."""
+    return dataclasses.field(default=default, metadata={"option": Option(help, shared=True, **kwargs)})
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Seeded(CommandConfig):
+    """A command that runs once per seed: ``--seeds`` (alias ``--seed``)."""
+
+    seeds: tuple[int, ...] = _shared(
+        (0,),
+        "one run per seed: its data, initialisation and noise",
+        flags=("--seeds", "--seed"),
+        check=seed_value,
+        metavar="SEED",
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OnDevice(CommandConfig):
+    """A command that computes on a torch device: ``--device``."""
+
+    device: str = _shared(
+        "cpu",
+        "cpu, cuda, cuda:N or auto (cuda when available): model, data and noise live there",
+        check=device_name,
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Threaded(CommandConfig):
+    """A command that sets torch's CPU threads for its run (restored afterwards): ``--threads``."""
+
+    threads: int = _shared(1, "torch CPU threads during the run", check=count)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Written(CommandConfig):
+    """A command that writes its results to a folder: ``--out``."""
+
+    out: str | None = _shared(
+        None,
+        "write the results to this folder (results.json, results.md, the figures, and runs/<run>.json as "
+        "each run finishes)",
+        metavar="DIR",
+        default_text="none: nothing is written",
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Progress(CommandConfig):
+    """A command with progress bars: ``--quiet`` (alias ``--no-progress``) turns them off."""
+
+    show_progress: bool = _shared(True, "no progress bars", flags=("--quiet", "--no-progress"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSettings(Progress, Written, Threaded, OnDevice, Seeded):  # fields: seeds ... show_progress
+    """The run settings of a command that trains: seeds, device, threads, output folder, progress.
+
+    Declared once here (flags, constraint, help); a command inherits them and may change a default
+    with [`inherit`][imle_solvers.app.config.inherit], nothing else. They are listed after the
+    command's own options.
+    """
+
+
+_SHARED_CLASSES = (Seeded, OnDevice, Threaded, Written, Progress)
+
+
+def inherit(name: str, default: Any, *, default_text: Text | None = None) -> Any:
+    """A shared run setting (a field of `RunSettings`) with the command's own default; its flags,
+    constraint and help stay as declared once. ``default_text`` states a default that is not a plain
+    value (``None`` meaning "the quick or full experiment's")."""
+    for cls in _SHARED_CLASSES:
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                declared: Option = f.metadata["option"]
+                return dataclasses.field(
+                    default=default,
+                    metadata={"option": dataclasses.replace(declared, default_text=default_text)},
+                )
+    raise ValueError(f"{name!r} is not a shared run setting")
 
 
 def _json(value: Any) -> Any:

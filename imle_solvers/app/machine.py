@@ -30,13 +30,42 @@ def device_name(value: Any) -> str:
     return text
 
 
-def resolve_device(device: str) -> Any:
-    """``auto`` → ``cuda`` when available, else ``cpu``; anything else as given (a ``torch.device``)."""
+def resolve_device(device: Any, local_rank: int | None = None) -> Any:
+    """The ``torch.device`` of a ``device`` setting: the one place where a name becomes a device.
+
+    ``auto`` → ``cuda`` when available, else ``cpu``; ``cpu``, ``cuda`` and ``cuda:N`` as given (a
+    ``torch.device`` passes unchanged). With ``local_rank`` (one of several training processes on this
+    machine, ``LOCAL_RANK`` as ``torchrun`` sets it) each process takes its own GPU: ``cuda`` (and
+    ``auto`` where CUDA is available) → ``cuda:LOCAL_RANK``.
+
+    Raises
+    ------
+    ConfigError
+        With ``local_rank``: ``cuda:N`` (each process takes ``cuda:LOCAL_RANK``), or this process has no
+        GPU of its own (field ``device``).
+    """
     import torch
 
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    if isinstance(device, torch.device):
+        return device
+    name = str(device)
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if local_rank is None or name == "cpu":
+        return torch.device(name)
+    if name != "cuda":
+        raise ConfigError(
+            f"must be cpu, cuda or auto with several training processes (each takes cuda:LOCAL_RANK), "
+            f"got {name!r}",
+            "device",
+        )
+    if local_rank >= torch.cuda.device_count():
+        raise ConfigError(
+            f"cuda: process LOCAL_RANK={local_rank} has no GPU of its own "
+            f"(this machine has {torch.cuda.device_count()})",
+            "device",
+        )
+    return torch.device("cuda", local_rank)
 
 
 def check_device(device: str) -> None:

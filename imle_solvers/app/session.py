@@ -61,6 +61,9 @@ class Session:
         default ``config.as_dict()``.
     on_result
         Called with each finished run, before it is written.
+    writes
+        Write ``out`` (``False``: a process that computes without writing, e.g. one of several training
+        processes but the first).
     """
 
     def __init__(
@@ -70,8 +73,9 @@ class Session:
         *,
         resolved: dict[str, Any] | None = None,
         on_result: Callable[[Any], None] | None = None,
+        writes: bool = True,
     ) -> None:
-        self.config, self.summary, self.on_result = config, summary, on_result
+        self.config, self.summary, self.on_result, self.writes = config, summary, on_result, writes
         self.resolved = config.as_dict() if resolved is None else resolved
         self.records: list[Any] = []
         self.writer: ResultWriter | None = None
@@ -81,7 +85,7 @@ class Session:
     def __enter__(self) -> Session:
         self.config.preflight()
         out = getattr(self.config, "out", None)
-        if out is not None:
+        if out is not None and self.writes:
             self.writer = ResultWriter(check_output_dir(out), command_line(self.config), self.resolved)
         threads = getattr(self.config, "threads", None)
         if threads is not None:

@@ -16,8 +16,7 @@ from typing import Any, ClassVar
 
 from .._checks import integer_at_least, positive, positive_int
 from ..app.command import Command
-from ..app.config import CommandConfig, option
-from ..app.machine import device_name
+from ..app.config import OnDevice, inherit, option
 from ..app.report import format_table
 from ..app.results import atomic_write_json
 from ..errors import ConfigError, OutputError
@@ -86,7 +85,7 @@ WARCRAFT_OPTIONS = ("full", "epochs", "maps", "data", "size", "device", "compile
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class BenchConfig(CommandConfig):
+class BenchConfig(OnDevice):
     """Settings of ``imle-solvers bench`` (`run` takes it).
 
     The fields from `full` on (`WARCRAFT_OPTIONS`) belong to the ``warcraft`` suite's protocol (see
@@ -120,6 +119,9 @@ class BenchConfig(CommandConfig):
         As ``imle-solvers train --amp``.
     time_limit
         Stop after the epoch that passes this many seconds of training and project the rest.
+    problem
+        The ``pto`` suite's problem: ``shortest-path`` (default) or ``tsp`` (PyEPO's travelling salesperson,
+        side by side with PyEPO's methods, and on process pools and a Dask cluster).
     """
 
     command: ClassVar[str] = "bench"
@@ -127,6 +129,7 @@ class BenchConfig(CommandConfig):
     epilog: ClassVar[str] = """\
 examples:
   imle-solvers bench backends --quick --json runs/backends.json
+  imle-solvers bench pto --problem tsp                 # our TSP training vs PyEPO's, pools, Dask
   imle-solvers bench warcraft --device cuda            # 2 epochs of the 30×30 protocol, projected to 50
   imle-solvers bench warcraft --full --data DIR        # all 50 epochs on the published maps, accuracy"""
 
@@ -162,7 +165,7 @@ examples:
         default_text="none: generated maps",
     )
     size: int = option(30, "warcraft: grid size K", check=lambda v: integer_at_least("", v, 2))
-    device: str = option("auto", "warcraft: cpu, cuda, cuda:N or auto", check=device_name)
+    device: str = inherit("device", "auto")
     compile: str = option("auto", "warcraft: as train --compile", choices=COMPILE)
     amp: str = option("auto", "warcraft: as train --amp", choices=AMP)
     time_limit: float | None = option(
@@ -171,6 +174,12 @@ examples:
         check=lambda v: positive("", v),
         metavar="SECONDS",
         default_text="none",
+    )
+
+    problem: str = option(
+        "shortest-path",
+        "pto: the problem, shortest-path or tsp (side by side with PyEPO's TSP methods, pools, Dask)",
+        choices=("shortest-path", "tsp"),
     )
 
     @classmethod
@@ -183,9 +192,13 @@ examples:
             for name in WARCRAFT_OPTIONS:
                 if getattr(self, name) != defaults[name]:
                     raise ConfigError(f"applies to the warcraft suite only, got suite {self.suite!r}", name)
+        if self.problem != "shortest-path" and self.suite not in ("pto", "all"):
+            raise ConfigError(f"applies to the pto suite only, got suite {self.suite!r}", "problem")
 
     def suite_options(self, suite: str) -> dict[str, Any]:
         """The keyword arguments of ``suite``'s ``run`` besides ``quick`` (the warcraft options)."""
+        if suite == "pto" and self.problem != "shortest-path":
+            return {"problem": self.problem}
         return {name: getattr(self, name) for name in WARCRAFT_OPTIONS} if suite == "warcraft" else {}
 
     def preflight(self) -> None:

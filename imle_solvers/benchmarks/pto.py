@@ -9,6 +9,9 @@ and each I-MLE row gives its speed-up over it: the median over rounds of the per
 lowest and highest ratio of the rounds (the spread over repeats). The host oracle ``graphs.ShortestPath``
 (in the DAG's arc order) is timed next to the torch-native ``DAGShortestPath`` to show what the oracle
 contributes.
+
+``--problem tsp`` runs PyEPO's travelling salesperson instead, side by side with PyEPO's own methods
+(see [`pto_tsp`][imle_solvers.benchmarks.pto_tsp]).
 """
 
 from __future__ import annotations
@@ -83,15 +86,26 @@ def _pyepo_epoch(train: Any) -> Callable[[int], float] | None:
     return epoch
 
 
-def run(quick: bool = False) -> list[dict[str, Any]]:
-    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE."""
-    from ..data import shortest_path
-    from ..training import train_model
+def run(quick: bool = False, problem: str = "shortest-path") -> list[dict[str, Any]]:
+    """Median seconds per epoch of each configuration and, with PyEPO, the speed-up over its I-MLE
+    (``problem="tsp"``: [`pto_tsp.run`][imle_solvers.benchmarks.pto_tsp.run])."""
+    if problem == "tsp":
+        from .pto_tsp import run as run_tsp
+
+        return run_tsp(quick)
+    import dataclasses
+
+    from ..training import TrainConfig, make_problem, train_model
     from ..training.models import linear_model
 
     torch.set_num_threads(1)
     n_train = 100 if quick else 1000
-    train, test = shortest_path(n_train + 100, deg=2, noise_width=0.5, seed=0).split(n_train)
+    config = TrainConfig(
+        problem="shortest-path", deg=2, noise_width=0.5, n_train=n_train, n_test=100, epochs=2
+    )
+    plan = dataclasses.replace(config.plan(), show_progress=False)
+    paths = make_problem(plan, 0)  # shortest_path(n_train + 100, deg=2, noise_width=0.5, seed=0)
+    train = paths.train
     kappa = train.oracle.expected_nonzeros
     configs: list[tuple[str, str, dict[str, Any], MapOracle | None]] = [
         ("I-MLE, SumOfGamma, S=10, DAGShortestPath", "imle", {"samples": 10}, None),
@@ -113,35 +127,27 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         ("SPO+", "spo+", {}, None),
         ("two-stage", "two-stage", {}, None),
     ]
+
+    def variant(options: dict[str, Any], oracle: MapOracle | None, epochs: int) -> Any:
+        """The plan and problem of one configuration: its options, its training oracle."""
+        schedule = dataclasses.replace(plan.schedule, epochs=epochs)
+        mine = dataclasses.replace(
+            plan, options=dataclasses.replace(plan.options, **options), schedule=schedule
+        )
+        return mine, paths if oracle is None else dataclasses.replace(paths, train_oracle=oracle)
+
     pyepo_epoch = _pyepo_epoch(train)
     for _, method, options, oracle in configs:  # warm-up, not timed: first calls pay for caches and imports
-        train_model(
-            linear_model(5, 40),
-            method,
-            train.split(32)[0],
-            test,
-            epochs=1,
-            train_oracle=oracle,
-            method_options=options,
-            show_progress=False,
-        )
+        mine, inner = variant(options, oracle, epochs=1)
+        small = dataclasses.replace(inner, train=train.split(32)[0])
+        train_model(mine, small, method, 0, model=linear_model(5, 40))
     rounds = 1 if quick else 3
     times: dict[str, list[float]] = {label: [] for label, *_ in configs}
     pyepo_times: list[float] = []
     for r in range(rounds):
         for label, method, options, oracle in configs:
-            torch.manual_seed(0)
-            out = train_model(
-                linear_model(5, 40),
-                method,
-                train,
-                test,
-                epochs=2,
-                seed=0,
-                train_oracle=oracle,
-                method_options=options,
-                show_progress=False,
-            )
+            mine, inner = variant(options, oracle, epochs=2)
+            out = train_model(mine, inner, method, 0)  # torch.manual_seed(0), then the linear model
             times[label].append(statistics.median(out.epoch_times))
         if pyepo_epoch is not None:
             pyepo_times.append(pyepo_epoch(r))

@@ -6,8 +6,8 @@ I-MLE μ-μ (``imle-mumu``: SumOfGamma noise with κ the mean path length, one s
 learning rate 5·10⁻⁴ divided by 10 after epochs 30 and 40, 50 epochs. The maps are generated terrain maps
 unless ``data`` names the published files. The run is
 [`train_model`][imle_solvers.training.train_model] with the settings that ``imle-solvers train --problem
-warcraft`` resolves (on CUDA by default: bfloat16 autocast, channels-last, the grid paths solved on the
-GPU; ``compile="graph"`` records the step as one CUDA graph).
+warcraft`` resolves (on CUDA by default: the step recorded as one CUDA graph, bfloat16 autocast,
+channels-last, the maps made and the grid paths solved on the GPU).
 
 Two tables: one row per epoch (training seconds, maps per second, evaluation seconds, the training loss,
 the test accuracy and regret), and a summary: the machine and settings, the first epoch (which pays for
@@ -30,6 +30,7 @@ import torch
 
 from ..app.machine import resolve_device
 from ..training.config import TrainConfig
+from ..training.plan import TrainPlan
 from ..training.problems import Problem
 
 __all__ = [
@@ -122,79 +123,44 @@ def run(
         seed=seed,
     )
     config.preflight()
-    problem, data_s = load_problem(config)
-    return protocol_rows(config, problem, data_s=data_s, time_limit=time_limit, full=full)
+    plan = config.plan()
+    problem, data_s = load_problem(plan)
+    return protocol_rows(plan, problem, data_s=data_s, time_limit=time_limit, full=full)
 
 
-def load_problem(config: TrainConfig, cache: bool = True) -> tuple[Problem, float]:
-    """The data, model and oracles of ``config`` (a `protocol_config`), with the data moved to its device;
-    → ``(problem, seconds it took)``. Generated maps are kept in the user cache when ``cache``."""
+def load_problem(plan: TrainPlan) -> tuple[Problem, float]:
+    """The data, model and oracles of ``plan`` (a `protocol_config`'s), the data made on (or moved to)
+    its device; → ``(problem, seconds it took)``. Generated maps are kept in the user cache when
+    ``plan.data.cache``."""
     from ..training import make_problem
 
-    used = config.resolved()
-    dev = resolve_device(used.device)
-    assert used.n_train is not None and used.n_test is not None
     start = time.perf_counter()
-    problem = make_problem(
-        "warcraft",
-        used.n_train,
-        used.n_test,
-        used.seeds[0],
-        size=used.size,
-        model=used.model,
-        device=dev,
-        data=used.data,
-        cache=cache,
+    problem = make_problem(plan, plan.seeds[0])
+    problem = dataclasses.replace(
+        problem, train=problem.train.to(plan.device), test=problem.test.to(plan.device)
     )
-    problem = dataclasses.replace(problem, train=problem.train.to(dev), test=problem.test.to(dev))
-    _synchronize(dev)
+    _synchronize(plan.device)
     return problem, time.perf_counter() - start
 
 
 def protocol_rows(
-    config: TrainConfig,
+    plan: TrainPlan,
     problem: Problem,
     *,
     data_s: float = float("nan"),
     time_limit: float | None = None,
     full: bool = False,
 ) -> list[dict[str, Any]]:
-    """Train ``problem`` with ``config`` (I-MLE μ-μ; the configuration's first seed) and return the rows
-    of the two tables; ``problem`` may hold more maps than ``config`` trains on (the first are used)."""
+    """Train ``problem`` with ``plan`` (I-MLE μ-μ; the plan's first seed) and return the rows of the two
+    tables; ``problem`` may hold more maps than ``plan`` trains on (the first are used)."""
     from ..training import train_model
-    from ..training.problems import DEFAULTS
 
-    used = config.resolved()
-    dev = resolve_device(used.device)
-    n_train, epochs, seed = used.n_train, used.epochs, used.seeds[0]
-    assert used.lr is not None and used.batch_size is not None and used.n_test is not None
-    assert n_train is not None and epochs is not None
+    n_train, n_test, seed = plan.data.n_train, plan.data.n_test, plan.seeds[0]
     train = problem.train if len(problem.train) == n_train else problem.train.split(n_train)[0]
-    test = problem.test if len(problem.test) == used.n_test else problem.test.split(used.n_test)[0]
-    if dev.type == "cuda":
-        torch.backends.cudnn.benchmark = True  # fixed shapes: cuDNN picks its fastest convolutions
-    torch.manual_seed(seed)
+    test = problem.test if len(problem.test) == n_test else problem.test.split(n_test)[0]
     start = time.perf_counter()
     result = train_model(
-        problem.model(),
-        "imle-mumu",
-        train,
-        test,
-        epochs=epochs,
-        batch_size=used.batch_size,
-        lr=used.lr,
-        seed=seed,
-        train_oracle=problem.train_oracle,
-        eval_oracle=problem.eval_oracle,
-        method_options={"samples": used.samples},
-        show_progress=False,
-        lr_milestones=used.lr_drops or (),
-        device=dev,
-        eval_batch=DEFAULTS["warcraft"]["eval_batch"],
-        compile=used.compile,
-        amp=used.amp == "bf16",
-        channels_last=used.channels_last == "on",
-        time_limit=time_limit,
+        plan, dataclasses.replace(problem, train=train, test=test), "imle-mumu", seed, time_limit=time_limit
     )
     wall_s = time.perf_counter() - start
     rows: list[dict[str, Any]] = []
@@ -211,8 +177,7 @@ def protocol_rows(
                 "test_regret": result.curve[i + 1],
             }
         )
-    oracle = repr(problem.train_oracle)
-    return rows + _summary(used, result, oracle, data_s, wall_s, dev, full)
+    return rows + _summary(plan, result, data_s, wall_s, full)
 
 
 def _synchronize(device: torch.device) -> None:
@@ -235,11 +200,12 @@ def protocol_config(
     model: str | None = None,
     channels_last: str = "auto",
     test_maps: int | None = None,
+    cache: bool = True,
 ) -> TrainConfig:
     """The [`TrainConfig`][imle_solvers.training.TrainConfig] that `run` trains with the same arguments;
     its ``preflight`` checks the machine and the data. Short runs on the published files evaluate on at
-    most the test maps the files hold. ``model``, ``channels_last`` and ``test_maps`` (not options of
-    the command) default to the protocol's."""
+    most the test maps the files hold. ``model``, ``channels_last``, ``test_maps`` and ``cache`` (not
+    options of the command) default to the protocol's (generated maps kept in the user cache)."""
     from ..data.warcraft import inspect_warcraft
     from ..errors import DataError
 
@@ -262,40 +228,34 @@ def protocol_config(
         seeds=(seed,),
         model=model,
         channels_last=channels_last,
+        cache=cache,
         show_progress=False,
     )
 
 
-def _summary(
-    used: TrainConfig, result: Any, oracle: str, data_s: float, wall_s: float, dev: torch.device, full: bool
-) -> list[dict[str, Any]]:
+def _summary(plan: TrainPlan, result: Any, data_s: float, wall_s: float, full: bool) -> list[dict[str, Any]]:
     """The summary rows: machine, settings, measured and projected times, accuracy."""
     times, evals = result.epoch_times, result.eval_times[1:]
-    n_train, ran = used.n_train, len(times)
+    n_train, ran, dev = plan.data.n_train, len(times), plan.device
     steady = statistics.median(times[1:]) if ran > 1 else times[0]  # s per epoch of n_train maps
     per_map = steady / n_train
     epoch_s = per_map * PROTOCOL_MAPS  # one epoch of the protocol
-    eval_s = statistics.median(evals) * PROTOCOL_TEST_MAPS / used.n_test
+    eval_s = statistics.median(evals) * PROTOCOL_TEST_MAPS / plan.data.n_test
     overhead = max(0.0, times[0] - steady) if ran > 1 else 0.0  # warm-up, recording, cuDNN search
     projected = overhead + PROTOCOL_EPOCHS * epoch_s + (PROTOCOL_EPOCHS + 1) * eval_s
     if dev.type == "cuda":
         machine = f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}"
     else:
         machine = f"cpu, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    source = "generated maps" if used.data is None else used.data
-    drops = " and ".join(str(e) for e in used.lr_drops or ())
-    schedule = f"lr {used.lr:g}" + (f" ÷ 10 after epochs {drops}" if drops else " constant")
+    drops = " and ".join(str(e) for e in plan.schedule.lr_drops)
+    schedule = f"lr {plan.schedule.lr:g}" + (f" ÷ 10 after epochs {drops}" if drops else " constant")
     measured = n_train == PROTOCOL_MAPS
     quantities: list[tuple[str, Any]] = [
         ("device", machine),
-        (
-            "protocol",
-            f"Warcraft {used.size}×{used.size} ({source}), {used.model}, imle-mumu, batch {used.batch_size}, "
-            + schedule,
-        ),
-        ("settings", f"--compile {used.compile} --amp {used.amp} --channels-last {used.channels_last}"),
+        ("protocol", f"{plan.title}, imle-mumu, batch {plan.schedule.batch_size}, " + schedule),
+        ("settings", plan.settings_text),
         ("the steps ran", result.step),
-        ("training oracle", oracle),
+        ("training oracle", result.oracle),
         ("data (s)", data_s),
         ("epochs run", f"{ran} of {PROTOCOL_EPOCHS}, {n_train:,} training maps each"),
         ("first epoch (s)", times[0]),
@@ -307,7 +267,7 @@ def _summary(
         ("measured: training and evaluations of this run (s)", wall_s),
     ]
     if full and ran == PROTOCOL_EPOCHS and measured:
-        paper = PAPER_ACCURACY.get(used.size)
+        paper = PAPER_ACCURACY.get(plan.data.size)
         quantities += [
             (f"test accuracy after {ran} epochs (%)", 100 * result.accuracy),
             ("test regret", result.regret),

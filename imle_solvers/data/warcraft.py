@@ -14,7 +14,10 @@ included: the problem of [`GridShortestPath`][imle_solvers.GridShortestPath].
 [`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps] reads one split into a
 [`PTODataset`][imle_solvers.data.PTODataset];
 [`inspect_warcraft`][imle_solvers.data.warcraft.inspect_warcraft] checks a split from the files' headers
-alone (no data read), as ``imle-solvers train --data DIR`` does before any work.
+alone (no data read), as ``imle-solvers train --data DIR`` does before any work. The command reads
+the training and test splits (all their maps unless ``--n-train`` / ``--n-test`` say fewer); it does not
+use the validation split (the protocol trains a fixed number of epochs and reports the last, as the
+papers do).
 """
 
 from __future__ import annotations
@@ -192,9 +195,11 @@ def warcraft_maps(root: str | Path, size: int, split: str = "train", n: int | No
     Raises
     ------
     DataError
-        As `inspect_warcraft`; ``n`` larger than the split; or values out of range, naming the maps: a
-        path cell other than 0 or 1, a path without the top-left or bottom-right cell, a NaN, infinite
-        or negative weight.
+        As `inspect_warcraft`; ``n`` larger than the split; or values out of range, naming the file and
+        the maps: a path cell other than 0 or 1, a path without the top-left or bottom-right cell, a
+        "path" that is not one path of 8-neighbour steps from corner to corner (every cell, the two
+        corners alone, a detour, a second piece), a NaN, infinite or negative weight, or a weight beyond
+        float32's range (the weights are checked in the file's own dtype, before the cast to float32).
 
     References
     ----------
@@ -209,19 +214,27 @@ def warcraft_maps(root: str | Path, size: int, split: str = "train", n: int | No
     paths = np.asarray(np.load(meta.path("shortest_paths"), mmap_mode="r")[:count])  # [n, K, K]
     weights = np.asarray(np.load(meta.path("vertex_weights"), mmap_mode="r")[:count])  # [n, K, K]
     flat_paths = paths.reshape(count, size * size)
+    path_file, weight_file = meta.path("shortest_paths"), meta.path("vertex_weights")
     not_binary = ((flat_paths != 0) & (flat_paths != 1)).any(axis=1)
-    _refuse(meta.path("shortest_paths"), not_binary, "have path cells other than 0 and 1")
+    _refuse(path_file, not_binary, "have path cells other than 0 and 1")
     ends = (flat_paths[:, 0] != 1) | (flat_paths[:, -1] != 1)  # the path holds both corners
-    _refuse(meta.path("shortest_paths"), ends, "miss the top-left or the bottom-right cell")
-    flat_weights = weights.reshape(count, size * size).astype(np.float64)
+    _refuse(path_file, ends, "miss the top-left or the bottom-right cell")
+    _refuse(path_file, ~_corner_to_corner(paths != 0), f"are not {_PATH}")
+    flat_weights = weights.reshape(count, size * size)  # checked in the file's own dtype, then cast
+    if flat_weights.dtype.kind == "f":
+        _refuse(weight_file, ~np.isfinite(flat_weights).all(axis=1), "have NaN or infinite weights")
+    _refuse(weight_file, (flat_weights < 0).any(axis=1), "have negative weights")
+    with np.errstate(over="ignore"):
+        single = flat_weights.astype(np.float32)  # c   [n, K·K]
     _refuse(
-        meta.path("vertex_weights"), ~np.isfinite(flat_weights).all(axis=1), "have NaN or infinite weights"
+        weight_file,
+        ~np.isfinite(single).all(axis=1),
+        f"have weights beyond float32's range (at most {float(np.finfo(np.float32).max):.4g})",
     )
-    _refuse(meta.path("vertex_weights"), (flat_weights < 0).any(axis=1), "have negative weights")
     from ..adapters.graphs import GridShortestPath
 
     images = torch.from_numpy(maps).permute(0, 3, 1, 2)  # channels-last view   [n, 3, H, W]
-    costs = torch.from_numpy(flat_weights).float()  # c   [n, K·K]
+    costs = torch.from_numpy(single)  # c   [n, K·K]
     solutions = torch.from_numpy(flat_paths.astype(np.float32))  # z*   [n, K·K]
     info = {
         "problem": "warcraft",
@@ -231,6 +244,38 @@ def warcraft_maps(root: str | Path, size: int, split: str = "train", n: int | No
         "image": [meta.height, meta.width],
     }
     return PTODataset(images, costs, GridShortestPath(size, size), solutions=solutions, info=info)
+
+
+_PATH = "paths from the top-left to the bottom-right cell (8-neighbour steps, each cell once, no shortcut)"
+"""What a published shortest path is: an induced path of the 8-neighbour grid between the two corners."""
+
+
+def _corner_to_corner(cells: np.ndarray) -> np.ndarray:
+    """Which of the ``[n, K, K]`` boolean cell masks are a path from the top-left to the bottom-right cell:
+    one 8-connected set of cells in which the two corners have exactly one marked neighbour and every
+    other cell two (an optimal path under positive weights has no shortcut, so no other cell is
+    adjacent). Every cell, or the two corners alone (for K > 2), are not.   [n]"""
+    from scipy import ndimage
+
+    n, k, _ = cells.shape
+    padded = np.pad(cells, ((0, 0), (1, 1), (1, 1))).astype(np.int8)
+    neighbours = sum(  # marked 8-neighbours of each cell   [n, K, K]
+        padded[:, 1 + dr : 1 + dr + k, 1 + dc : 1 + dc + k]
+        for dr in (-1, 0, 1)
+        for dc in (-1, 0, 1)
+        if dr or dc
+    )
+    corner = np.zeros((k, k), dtype=bool)
+    corner[0, 0] = corner[-1, -1] = True
+    wanted = np.where(corner, 1, 2)  # the corners end the path, every other cell continues it
+    degrees_ok = ((neighbours == wanted) | ~cells).reshape(n, k * k).all(axis=1)
+    structure = np.zeros((3, 3, 3), dtype=bool)
+    structure[1] = True  # 8-connectivity within a map, never across maps
+    labels, _ = ndimage.label(cells, structure=structure)  # labelled map by map, in order   [n, K, K]
+    flat = labels.reshape(n, k * k)
+    first = np.where(flat > 0, flat, np.iinfo(flat.dtype).max).min(axis=1, initial=np.iinfo(flat.dtype).max)
+    one_piece = flat.max(axis=1, initial=0) == first  # a map's labels are consecutive: one per component
+    return degrees_ok & one_piece
 
 
 def _refuse(path: Path, bad: Any, what: str) -> None:

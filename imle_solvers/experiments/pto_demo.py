@@ -21,9 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
-from .._checks import non_negative_int
 from ..app.command import Command
-from ..app.config import CommandConfig, count, option
+from ..app.config import RunSettings, count, inherit, option
 from ..training import TrainConfig, TrainRun
 from ..training import run as train
 from ..training.results import SUMMARY
@@ -37,7 +36,7 @@ METHODS = ("imle-mumu", "spo+", "two-stage")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DemoConfig(CommandConfig):
+class DemoConfig(RunSettings):
     """Settings of ``imle-solvers demo`` (`run` takes it).
 
     Attributes
@@ -46,12 +45,14 @@ class DemoConfig(CommandConfig):
         Training epochs of each method.
     deg
         Polynomial degree of the cost model (higher: a linear model fits worse).
-    seed
-        Seed of the data and of the initial model.
     n_train
         Training instances.
     n_test
         Test instances.
+    seeds
+        Seeds of the data and of the initial model (one run of each method per seed).
+    device
+        Where the model, the data and the noise live.
     threads
         torch CPU threads during the run.
     out
@@ -67,16 +68,9 @@ class DemoConfig(CommandConfig):
     deg: int = option(
         4, "polynomial degree of the cost model (higher: a linear model fits worse)", check=count
     )
-    seed: int = option(
-        0, "seed of the data and of the initial model", check=lambda v: non_negative_int("", v)
-    )
     n_train: int = option(1000, "training instances", check=count)
     n_test: int = option(1000, "test instances", check=count)
-    threads: int = option(1, "torch CPU threads", check=count)
-    out: str = option(
-        os.path.join("runs", "demo"), "folder for results.json, results.md and curves.png", metavar="DIR"
-    )
-    show_progress: bool = option(True, "no progress bars", flags=("--quiet", "--no-progress"))
+    out: str = inherit("out", os.path.join("runs", "demo"))
 
     def train_config(self) -> TrainConfig:
         """The [`TrainConfig`][imle_solvers.training.TrainConfig] of the demo: ``imle-solvers train`` with
@@ -84,11 +78,12 @@ class DemoConfig(CommandConfig):
         return TrainConfig(
             problem="shortest-path",
             methods=METHODS,
-            seeds=(self.seed,),
+            seeds=self.seeds,
             epochs=self.epochs,
             n_train=self.n_train,
             n_test=self.n_test,
             deg=self.deg,
+            device=self.device,
             threads=self.threads,
             out=self.out,
             show_progress=self.show_progress,

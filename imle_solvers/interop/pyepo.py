@@ -5,7 +5,11 @@ optimisation problem by an `optModel` (`setObj(c)`, then `solve() -> (solution, 
 `num_cost` coefficients, `modelSense`) and a training set by an `optDataset` (`feats`, `costs`, `sols`,
 `objs`). With the two functions below a PyEPO model and its data train any layer or loss of this
 library; the solver calls are PyEPO's own. Needs the extra `pyepo` (`pip install 'imle-solvers[pyepo]'`);
-PyEPO is imported only to read its sense constants.
+PyEPO is imported only to read its sense constants and to recognise its problem classes.
+
+`equivalent_oracle` swaps PyEPO's solver for this library's own where the problem is one it knows: a
+PyEPO travelling-salesperson model (``tspGGModel``, ``tspDFJModel``, ``tspMTZModel``, any back end)
+becomes [`TravellingSalesperson`][imle_solvers.TravellingSalesperson], with the same edge order.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from ..data.dataset import PTODataset
 from ..errors import InvalidWeightsError, require
 from ..oracle import MapOracle, Sense
 
-__all__ = ["PyEPOOracle", "from_pyepo"]
+__all__ = ["PyEPOOracle", "equivalent_oracle", "from_pyepo"]
 
 
 def _pyepo_sense(optmodel: Any) -> Sense:
@@ -31,6 +35,53 @@ def _pyepo_sense(optmodel: Any) -> Sense:
     if sense == epo.EPO.MAXIMIZE:
         return "max"
     raise ValueError(f"optmodel.modelSense must be EPO.MINIMIZE or EPO.MAXIMIZE, got {sense!r}")
+
+
+def _tsp_nodes(optmodel: Any) -> int | None:
+    """``num_nodes`` of a PyEPO travelling-salesperson model (any formulation and back end), else ``None``."""
+    try:
+        from pyepo.model.bases import tspABBase
+    except ImportError:  # another PyEPO layout: no TSP class to recognise
+        return None
+    return int(optmodel.num_nodes) if isinstance(optmodel, tspABBase) else None
+
+
+def equivalent_oracle(optmodel: Any, **options: Any) -> MapOracle:
+    """This library's oracle for the problem of a PyEPO model, in the model's variable order.
+
+    Recognised: PyEPO's travelling-salesperson models (``tspGGModel``, ``tspDFJModel``, ``tspMTZModel`` of
+    any back end, ``pyepo.model.tspModel(...)``) → ``TravellingSalesperson(optmodel.num_nodes, **options)``
+    ([`TravellingSalesperson`][imle_solvers.TravellingSalesperson]: CP-SAT's circuit constraint, one cost
+    per undirected edge ``(i, j)``, ``i < j``, in PyEPO's order ``optmodel.edges``). Unlike a Pyomo model,
+    it pickles, so a [`SolverPool`][imle_solvers.SolverPool] or a Dask cluster can solve its batches.
+
+    Parameters
+    ----------
+    optmodel
+        A PyEPO ``optModel``.
+    **options
+        Passed to the oracle (e.g. ``time_limit=``, ``backend="highs"``).
+
+    Raises
+    ------
+    ValueError
+        For a model of another problem, or a TSP model with constraints added by ``addConstr`` (the
+        equivalent oracle would not know them).
+    """
+    nodes = _tsp_nodes(optmodel)
+    if nodes is None:
+        raise ValueError(
+            f"no equivalent oracle for {type(optmodel).__name__}: use PyEPOOracle(optmodel) (PyEPO's solver)"
+        )
+    if getattr(optmodel, "_extra_constrs", None):
+        raise ValueError(
+            f"{type(optmodel).__name__} has constraints added by addConstr: use PyEPOOracle(optmodel)"
+        )
+    from ..adapters.graphs.tsp import TravellingSalesperson, tsp_edges
+
+    if [tuple(e) for e in optmodel.edges] != tsp_edges(nodes):
+        raise ValueError(f"{type(optmodel).__name__}.edges is not in the order (i, j), i < j, lexicographic")
+    return TravellingSalesperson(nodes, **options)
 
 
 class PyEPOOracle(MapOracle):
@@ -48,7 +99,8 @@ class PyEPOOracle(MapOracle):
         Any PyEPO `optModel`, e.g. `pyepo.model.ort.shortestPathModel(grid=(5, 5))`.
     expected_nonzeros
         `⟨z, 1⟩` of a typical solution (e.g. the path length), used by
-        [`SumOfGamma`][imle_solvers.SumOfGamma] when its `k` is not given; `None` if unknown.
+        [`SumOfGamma`][imle_solvers.SumOfGamma] when its `k` is not given; `None` if unknown (for a TSP
+        model: its number of nodes, the edges of every tour).
 
     Raises
     ------
@@ -74,6 +126,9 @@ class PyEPOOracle(MapOracle):
         self.sense = _pyepo_sense(optmodel)
         self.optmodel = optmodel
         self.n_vars = int(optmodel.num_cost)
+        if expected_nonzeros is None:
+            nodes = _tsp_nodes(optmodel)
+            expected_nonzeros = None if nodes is None else float(nodes)  # a tour has num_nodes edges
         self.expected_nonzeros = expected_nonzeros
         self._lock = threading.Lock()
 
@@ -121,7 +176,8 @@ def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
         The oracle a model's predictions are solved with; by default
         [`PyEPOOracle`][imle_solvers.interop.pyepo.PyEPOOracle] of the data set's model. Pass a faster
         one with the same variable order (e.g. `DAGShortestPath.grid(5, 5)` for PyEPO's 5 × 5
-        shortest path) to keep PyEPO's data and change the solver.
+        shortest path, or `equivalent_oracle(optdataset.model)` for a TSP model) to keep PyEPO's data and
+        change the solver.
 
     Raises
     ------

@@ -15,7 +15,7 @@ from ..app.command import Command
 from .config import TrainConfig
 from .distributed import is_main_process
 from .results import SUMMARY, TrainRun
-from .runner import run, title
+from .runner import run
 
 __all__ = ["COMMAND", "build_parser", "main"]
 
@@ -30,8 +30,8 @@ def _show(config: TrainConfig, outcome: tuple[list[TrainRun], float]) -> None:
     if not is_main_process():  # under torchrun, rank 0 prints
         return
     results, seconds = outcome
-    used = config.resolved()
-    print(f"\n{title(used)}, {len(used.seeds)} seed(s), {seconds:.1f} s in all\n")
+    plan = config.plan()  # resolved by the run already
+    print(f"\n{plan.title}, {len(plan.seeds)} seed(s), {seconds:.1f} s in all\n")
     print(SUMMARY.table(results))
     if config.out is not None:
         print(f"\nwrote {config.out}/results.json, results.md and curves.png (runs in {config.out}/runs)")

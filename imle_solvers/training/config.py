@@ -3,9 +3,9 @@
 Each field declares its type, default, choices, constraint and help once; the command's parser is
 generated from them (see [`CommandConfig`][imle_solvers.app.config.CommandConfig]) and the same
 declarations check a configuration built in Python ([`ConfigError`][imle_solvers.errors.ConfigError]).
-``None`` means "the problem's default" (or the schedule's);
-[`TrainConfig.resolved`][imle_solvers.training.TrainConfig.resolved] gives the configuration as a run
-uses it, with every default filled in.
+``None`` means "the problem's default" (or the schedule's) and ``auto`` "what was measured fastest
+here"; [`TrainConfig.plan`][imle_solvers.training.TrainConfig.plan] resolves both once, into the
+[`TrainPlan`][imle_solvers.training.plan.TrainPlan] a run uses.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import dataclasses
 from typing import Any, ClassVar
 
 from .._checks import in_range, integer_at_least, non_negative_int, positive
-from ..app.config import CommandConfig, count, option
-from ..app.machine import device_name, resolve_device
-from ..errors import ConfigError, DataError
+from ..app.config import RunSettings, count, option
+from ..errors import ConfigError
 from .methods import METHODS
+from .plan import SCHEDULES, TrainPlan, resolve
 from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
 
 __all__ = [
@@ -29,14 +29,6 @@ __all__ = [
     "TrainConfig",
 ]
 
-SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]]] = {
-    "constant": (None, None, None, ()),
-    "paper": (50, 70, 5e-4, (30, 40)),
-}
-"""``--schedule``: name → (epochs, batch size, lr, epochs after which the lr is divided by 10); ``None``
-leaves the problem's default. ``paper``: the Warcraft protocol of Vlastelica et al. used by the I-MLE
-paper (appendix, "Differentiating through Combinatorial Solvers")."""
-
 ORACLES = ("auto", "host", "device")
 NOISES = ("sog", "gumbel")
 BB_LOSSES = ("regret", "hamming")
@@ -44,8 +36,9 @@ BB_LOSSES = ("regret", "hamming")
 COMPILE = ("auto", "off", "graph", "model", "model+graph")
 """``--compile``: ``graph`` records the whole training step (batch gather, model, noise, the layer's
 forward and backward solves, Adam) once as a CUDA graph and replays it; ``model`` compiles the model with
-``torch.compile`` (Inductor); ``model+graph`` both; ``off`` runs every operation eagerly. ``auto``: ``off``
-(the recorded step is opt-in: ``graph``)."""
+``torch.compile`` (Inductor); ``model+graph`` both; ``off`` runs every operation eagerly. ``auto``: ``graph``
+on CUDA, eager steps where recording is ruled out (see
+[`auto_compile`][imle_solvers.training.plan.auto_compile])."""
 
 AMP = ("auto", "bf16", "off")
 """``--amp``: ``bf16`` runs the model under bfloat16 autocast (the costs it predicts, the layers and the
@@ -55,12 +48,6 @@ otherwise."""
 CHANNELS_LAST = ("auto", "on", "off")
 """``--channels-last``: the CNN's weights and the images in channels-last memory format; ``auto``: ``on``
 for the CNNs on CUDA, ``off`` otherwise."""
-
-
-def _seed(value: int) -> int:
-    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
-        raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
-    return value
 
 
 def _address(value: str) -> str:
@@ -92,26 +79,21 @@ def _folder_name(value: str) -> str:
     return value
 
 
-def _bf16_supported() -> bool:
-    """Whether the current CUDA device runs bfloat16 natively (Ampere and later)."""
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False))
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainConfig(CommandConfig):
+class TrainConfig(RunSettings):
     """Settings of one ``imle-solvers train`` invocation; `run` takes it.
 
     Fields left ``None`` take the problem's default (`DEFAULTS` of ``problems.py``); a schedule's values
-    override those defaults, explicit fields override both. Every field is honoured by
+    override those defaults, explicit fields override both; ``auto`` settings take what was measured
+    fastest on the device. [`plan`][imle_solvers.training.TrainConfig.plan] resolves them once into the
+    [`TrainPlan`][imle_solvers.training.plan.TrainPlan] a run uses. Every field is honoured by
     [`run`][imle_solvers.training.run] from Python as by the command: ``out`` is written, ``threads`` is
     applied (and restored afterwards).
 
     Attributes
     ----------
     problem
-        ``shortest-path``, ``knapsack``, ``terrain`` or ``warcraft``.
+        ``shortest-path``, ``knapsack``, ``tsp``, ``terrain`` or ``warcraft``.
     methods
         Method names (keys of [`METHODS`][imle_solvers.training.METHODS]); ``("all",)`` for every method.
     seeds
@@ -128,9 +110,9 @@ class TrainConfig(CommandConfig):
     lr_drops
         Epochs after which the learning rate is divided by 10 (default: the schedule's).
     n_train
-        Training instances.
+        Training instances (with ``data``: default all the maps of the training files).
     n_test
-        Test instances.
+        Test instances (with ``data``: default all the maps of the test files).
     deg
         Polynomial degree of the cost model of the PyEPO problems.
     noise_width
@@ -139,9 +121,16 @@ class TrainConfig(CommandConfig):
         S of the perturbation methods.
     size
         Grid size K of ``terrain`` and ``warcraft``.
+    nodes
+        Number of nodes of ``tsp`` (PyEPO's default 20).
+    solve_ratio
+        ``tsp``: the share of training rows solved by the solver; the others are answered from a
+        [`SolutionCache`][imle_solvers.SolutionCache] of the tours found so far (PyEPO's ``solve_ratio``).
     data
         ``warcraft``: the folder of the published files, ``DIR`` or ``DIR/KxK`` (see
         [`warcraft_maps`][imle_solvers.data.warcraft.warcraft_maps]); ``None``: generated terrain maps.
+        The training and test splits are read; the validation split is not used (the protocol trains a
+        fixed number of epochs and reports the last one, as the paper does: nothing is selected on it).
     model
         ``linear`` (shortest path, knapsack), ``terrain-cnn`` or ``resnet-stem`` (terrain, warcraft).
     noise
@@ -168,7 +157,9 @@ class TrainConfig(CommandConfig):
         on a GPU, host on the CPU).
     compile
         How the training step runs (`COMPILE`): ``off``, ``graph`` (one CUDA graph per step), ``model``
-        (``torch.compile``), ``model+graph`` or ``auto``.
+        (``torch.compile``), ``model+graph`` or ``auto`` (``graph`` on CUDA unless the step cannot be
+        recorded: host oracles, a solver pool or Dask cluster, several training processes; then ``off``,
+        and the run says why).
     amp
         ``bf16`` autocast of the model, ``off`` or ``auto`` (`AMP`).
     channels_last
@@ -224,13 +215,6 @@ examples:
         choices=lambda: (*METHODS, "all"),
         metavar="NAME",
     )
-    seeds: tuple[int, ...] = option(
-        (0,),
-        "seeds: each generates its data and initialises the model",
-        flags=("--seeds", "--seed"),
-        check=_seed,
-        metavar="SEED",
-    )
     epochs: int | None = option(
         None, "passes over the training set", check=count, default_text=lambda: _per_problem("epochs", 0)
     )
@@ -262,10 +246,16 @@ examples:
         default_text=lambda: f"the schedule's: none; {_text(SCHEDULES['paper'][3])} with --schedule paper",
     )
     n_train: int | None = option(
-        None, "training instances", check=count, default_text=lambda: _per_problem("n_train")
+        None,
+        "training instances",
+        check=count,
+        default_text=lambda: _per_problem("n_train") + "; with --data all the training maps",
     )
     n_test: int | None = option(
-        None, "test instances", check=count, default_text=lambda: _per_problem("n_test")
+        None,
+        "test instances",
+        check=count,
+        default_text=lambda: _per_problem("n_test") + "; with --data all the test maps",
     )
     deg: int = option(1, "polynomial degree of the cost model", check=count)
     noise_width: float = option(
@@ -279,18 +269,27 @@ examples:
         "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
         check=lambda v: integer_at_least("", v, 2),
     )
+    nodes: int = option(
+        20, "number of nodes of tsp (PyEPO's default)", check=lambda v: integer_at_least("", v, 3)
+    )
+    solve_ratio: float = option(
+        1.0,
+        "tsp: share of the training rows solved; the others are answered from a solution cache of the tours "
+        "found so far (PyEPO's solve_ratio)",
+        check=lambda v: in_range("", v, 0, 1, closed="(]"),
+    )
     data: str | None = option(
         None,
-        "warcraft: the folder of the published files {train,val,test}_{maps,shortest_paths,"
-        "vertex_weights}.npy, DIR or DIR/KxK",
+        "warcraft: the folder of the published files {train,test}_{maps,shortest_paths,vertex_weights}.npy, "
+        "DIR or DIR/KxK (the val files are not used)",
         metavar="DIR",
         check=_folder_name,
         default_text="none: generated terrain maps",
     )
     model: str | None = option(
         None,
-        "linear (shortest-path, knapsack); terrain-cnn or resnet-stem (terrain, warcraft; resnet-stem is the "
-        "paper's ResNet18 first block)",
+        "linear (shortest-path, knapsack, tsp); terrain-cnn or resnet-stem (terrain, warcraft; resnet-stem "
+        "is the paper's ResNet18 first block)",
         choices=MODELS,
         default_text=lambda: _per_problem("model"),
     )
@@ -310,12 +309,6 @@ examples:
         metavar="ADDRESS",
         default_text="none",
     )
-    threads: int = option(1, "torch CPU threads", check=count)
-    device: str = option(
-        "cpu",
-        "cpu, cuda, cuda:N or auto (cuda when available): model, data and noise live there",
-        check=device_name,
-    )
     oracle: str = option(
         "auto",
         "device: device-native oracles; host: solver-backed ones; auto: device-native on a GPU",
@@ -324,7 +317,7 @@ examples:
     compile: str = option(
         "auto",
         "graph: the whole training step recorded once as a CUDA graph and replayed; model: torch.compile "
-        "of the model; model+graph; off; auto: off (the recorded step is opt-in)",
+        "of the model; model+graph; off; auto: graph on CUDA where it can be recorded, else off",
         choices=COMPILE,
     )
     amp: str = option(
@@ -340,14 +333,6 @@ examples:
         "generate terrain maps afresh instead of keeping them in the user cache folder",
         flags=("--no-cache",),
     )
-    out: str | None = option(
-        None,
-        "write results.json, results.md, curves.png and runs/<method>-seed<seed>.json (each run as it "
-        "finishes) to this folder",
-        metavar="DIR",
-        default_text="none: nothing is written",
-    )
-    show_progress: bool = option(True, "no progress bars", flags=("--quiet", "--no-progress"))
     dist_timeout: float = option(
         300.0,
         "under torchrun: seconds a training process waits for the others before it fails",
@@ -375,79 +360,27 @@ examples:
         if self.model is not None and (self.model == "linear") == image:
             fits = "terrain-cnn or resnet-stem" if image else "linear"
             raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
+        for name, default in (("nodes", 20), ("solve_ratio", 1.0)):
+            if getattr(self, name) != default and self.problem != "tsp":
+                raise ConfigError(f"needs --problem tsp, got problem {self.problem!r}", name)
         if self.data is not None and self.problem != "warcraft":
             raise ConfigError(f"needs --problem warcraft, got problem {self.problem!r}", "data")
-        if "graph" in self.compile and (self.oracle == "host" or self.workers > 0 or self.dask_address):
-            raise ConfigError(
-                f"{self.compile} records the step on the device: it needs device-native oracles (--oracle "
-                f"device or auto, --workers 0, no --dask-address), got --oracle {self.oracle} --workers "
-                f"{self.workers}" + (f" --dask-address {self.dask_address}" if self.dask_address else ""),
-                "compile",
-            )
 
     def preflight(self) -> None:
-        """The device and the output folder (as every command), then: ``--compile graph`` has a CUDA
-        device, and the Warcraft files of ``--data`` exist and hold the maps asked for (headers only)."""
+        """The device and the output folder (as every command), then the plan: the ``--data`` files
+        (headers only), the counts, and whether the step can run as asked (see `plan`)."""
         super().preflight()
-        used = self.resolved()
-        if "graph" in used.compile and resolve_device(used.device).type != "cuda":
-            raise ConfigError(
-                f"{used.compile} records CUDA graphs: it needs a CUDA device, got --device {self.device}",
-                "compile",
-            )
-        if used.data is not None:
-            from ..data.warcraft import inspect_warcraft
+        self.plan()
 
-            assert used.n_train is not None and used.n_test is not None
-            try:
-                for split, wanted in (("train", used.n_train), ("test", used.n_test)):
-                    found = inspect_warcraft(used.data, used.size, split)
-                    if found.count < wanted:
-                        raise DataError(
-                            f"{found.path('maps')} holds {found.count} maps, {wanted} are asked for"
-                        )
-            except DataError as exc:
-                raise ConfigError(str(exc), "data") from None
+    def plan(self) -> TrainPlan:
+        """The run's settings as it runs them, resolved once (later calls return the same plan):
+        [`resolve`][imle_solvers.training.plan.resolve].
 
-    def resolved(self) -> TrainConfig:
-        """The configuration a run uses: explicit fields, else the schedule's values, else the problem's
-        defaults; no field is left ``None`` but ``out``, ``data`` and ``dask_address``, and no ``auto``
-        but ``device`` and ``oracle``.
-
-        The ``auto`` rules: on a CUDA device, the CNNs (``terrain-cnn``, ``resnet-stem``) train under
-        bfloat16 autocast (where the GPU supports it) in channels-last memory format, and the image
-        problems with device-native oracles record their step as a CUDA graph (``--compile graph``) when
-        one process trains (not under ``torchrun``: DDP's all-reduce cannot be recorded); on the CPU, and
-        for the linear models, every operation runs eagerly in float32.
+        Raises [`ConfigError`][imle_solvers.errors.ConfigError] for a setting that cannot work on this
+        machine or with these files (before any work).
         """
-        schedule_name = self.schedule or SCHEDULE_DEFAULTS.get(self.problem, "constant")
-        epochs, batch_size, lr, drops = SCHEDULES[schedule_name]
-        defaults = DEFAULTS[self.problem]
-        schedule = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_drops": drops}
-        filled: dict[str, Any] = {"schedule": schedule_name}
-        for name in (
-            "epochs",
-            "batch_size",
-            "lr",
-            "lr_drops",
-            "n_train",
-            "n_test",
-            "samples",
-            "model",
-            "bb_loss",
-        ):
-            value = getattr(self, name)
-            if value is None:
-                value = schedule.get(name)
-            if value is None:
-                value = defaults[name]
-            filled[name] = value
-        cuda = resolve_device(self.device).type == "cuda"
-        cnn = filled["model"] != "linear"
-        if self.amp == "auto":
-            filled["amp"] = "bf16" if cuda and cnn and _bf16_supported() else "off"
-        if self.channels_last == "auto":
-            filled["channels_last"] = "on" if cuda and cnn else "off"
-        if self.compile == "auto":
-            filled["compile"] = "off"  # the recorded step is opt-in (--compile graph)
-        return dataclasses.replace(self, **filled)
+        cached: TrainPlan | None = self.__dict__.get("_plan")
+        if cached is None:
+            cached = resolve(self)
+            object.__setattr__(self, "_plan", cached)
+        return cached

@@ -56,6 +56,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..app.machine import resolve_device
 from ..errors import ConfigError
 from ..noise import NoiseDistribution
 from ..perturb_and_map import PerturbAndMAPLayer
@@ -67,6 +68,7 @@ __all__ = [
     "Shard",
     "check_batches",
     "is_main_process",
+    "local_rank",
     "planned_world_size",
     "process_group",
     "shard_noise",
@@ -101,6 +103,11 @@ def planned_world_size() -> int:
 
         return int(dist.get_world_size())
     return max(1, _env_int("WORLD_SIZE", 1))
+
+
+def local_rank() -> int:
+    """This process's rank on its machine: ``LOCAL_RANK`` as ``torchrun`` sets it (0 when unset)."""
+    return _env_int("LOCAL_RANK", 0)
 
 
 def is_main_process() -> bool:
@@ -221,29 +228,7 @@ class DistributedContext:
         return {"world_size": self.world_size, "backend": self.backend, "device": str(self.device)}
 
 
-def _device(name: str, local_rank: int) -> torch.device:
-    """The device of process ``local_rank`` for a ``--device`` setting: ``cuda`` (and ``auto`` where CUDA
-    is available) → ``cuda:LOCAL_RANK``."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cpu":
-        return torch.device("cpu")
-    if name != "cuda":
-        raise ConfigError(
-            f"must be cpu, cuda or auto with several training processes (each takes cuda:LOCAL_RANK), "
-            f"got {name!r}",
-            "device",
-        )
-    if local_rank >= torch.cuda.device_count():
-        raise ConfigError(
-            f"cuda: process LOCAL_RANK={local_rank} has no GPU of its own "
-            f"(this machine has {torch.cuda.device_count()})",
-            "device",
-        )
-    return torch.device("cuda", local_rank)
-
-
-def process_group(device: str, timeout: float) -> DistributedContext | None:
+def process_group(device: str | torch.device, timeout: float) -> DistributedContext | None:
     """The [`DistributedContext`][imle_solvers.training.distributed.DistributedContext] of this process,
     or ``None`` when it trains alone.
 
@@ -261,14 +246,14 @@ def process_group(device: str, timeout: float) -> DistributedContext | None:
     """
     import torch.distributed as dist
 
-    local_rank = _env_int("LOCAL_RANK", 0)
+    rank_here = local_rank()
     if not _initialized():
         world = planned_world_size()
         if world <= 1:
             return None
         if not dist.is_available():  # pragma: no cover - torch builds without distributed support
             raise ConfigError(f"WORLD_SIZE={world} but this torch has no torch.distributed")
-        dev = _device(device, local_rank)
+        dev = resolve_device(device, rank_here)
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         backend = "nccl" if dev.type == "cuda" else "gloo"
@@ -278,10 +263,10 @@ def process_group(device: str, timeout: float) -> DistributedContext | None:
     if world <= 1:
         return None
     backend = str(dist.get_backend())
-    dev = _device(device, local_rank)
+    dev = resolve_device(device, rank_here)
     if backend == "nccl" and dev.type != "cuda":
         raise ConfigError("cannot train on the CPU with an nccl process group", "device")
-    return DistributedContext(int(dist.get_rank()), world, local_rank, backend, dev)
+    return DistributedContext(int(dist.get_rank()), world, rank_here, backend, dev)
 
 
 def _destroy() -> None:

@@ -8,11 +8,13 @@ by index.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import sys
 import time
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,12 +22,16 @@ from torch import nn
 
 from .._device import upload
 from ..data.dataset import PTODataset
-from ..errors import ConfigError, ImleSolversError
+from ..errors import ImleSolversError
 from ..oracle import BatchSolver, MapOracle, map_solve, sense_sign
 from .distributed import DistributedContext, Shard, shard_noise
-from .methods import METHODS, MethodOptions
+from .methods import METHODS
+from .plan import TrainPlan, recording_blocker, require_recordable
 from .results import TrainRun
 from .step import TrainStep, make_step
+
+if TYPE_CHECKING:
+    from .problems import Problem
 
 __all__ = ["LOSS_EVERY", "evaluate", "train_model"]
 
@@ -103,88 +109,56 @@ def evaluate(
 
 
 def train_model(
-    model: nn.Module,
+    plan: TrainPlan,
+    problem: Problem,
     method_name: str,
-    train: PTODataset,
-    test: PTODataset,
+    seed: int,
     *,
-    epochs: int = 10,
-    batch_size: int = 32,
-    lr: float = 1e-2,
-    seed: int = 0,
+    model: nn.Module | None = None,
     pool: BatchSolver | None = None,
-    train_oracle: MapOracle | None = None,
-    eval_oracle: MapOracle | None = None,
-    method_options: MethodOptions | dict[str, Any] | None = None,
-    show_progress: bool = True,
-    lr_milestones: tuple[int, ...] = (),
-    device: str | torch.device | None = None,
-    eval_batch: int = 1000,
-    compile: str = "off",
-    amp: bool = False,
-    channels_last: bool = False,
     time_limit: float | None = None,
     distributed: DistributedContext | None = None,
 ) -> TrainRun:
-    """Train ``model`` with one method; test regret before training and after every epoch.
+    """Train a model of ``problem`` with one method as ``plan`` says; test regret before training and
+    after every epoch.
+
+    Everything the run needs comes from the plan: the schedule (epochs, batch size, Adam's learning
+    rate and its drops), the device (the model, the data and the method's layers move there, the noise
+    is drawn there, a [`TorchOracle`][imle_solvers.TorchOracle] solves there and any other oracle gets
+    one host copy of each batch), how each step runs (``plan.step``: eager, recorded as a CUDA graph,
+    compiled; bfloat16 autocast and channels-last in training and evaluation), the method's options and
+    the evaluation's batch. ``problem`` gives the data, the model factory and the oracles of training
+    and evaluation.
 
     Parameters
     ----------
-    model
-        The predictor (its parameters are trained in place).
+    plan
+        The resolved settings ([`TrainConfig.plan`][imle_solvers.training.TrainConfig.plan]).
+    problem
+        Train and test data, the model factory and the oracles
+        ([`make_problem`][imle_solvers.training.make_problem], or a
+        [`Problem`][imle_solvers.training.problems.Problem] of one's own).
     method_name
         A key of [`METHODS`][imle_solvers.training.METHODS].
-    train
-        Training data.
-    test
-        Test data (evaluated before training and after every epoch).
-    epochs
-        Passes over the shuffled training set.
-    batch_size
-        Instances per Adam step.
-    lr
-        Adam's learning rate.
     seed
-        Seeds the batch order and the method's noise (set the model's initialisation before).
+        Seeds the model's initialisation (``torch.manual_seed(seed)`` before ``problem.model()``), the
+        batch order and the method's noise.
+    model
+        Train this model instead (its parameters are trained in place; its initialisation is the
+        caller's).
     pool
-        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
-    train_oracle
-        The oracle of the layers in training (default ``train.oracle``), e.g. one that clamps costs.
-    eval_oracle
-        The oracle of the evaluation (default ``test.oracle``), e.g. a device-native one.
-    method_options
-        The method's [`MethodOptions`][imle_solvers.training.methods.MethodOptions] (or a dict of its
-        fields); ``pool`` is added to them.
-    show_progress
-        A progress bar per epoch with the running loss (when tqdm is installed), updated every
-        `LOSS_EVERY` steps from a copy of the loss fetched without waiting for the device.
-    lr_milestones
-        Epochs after which the learning rate is divided by 10.
-    device
-        Where to train: the model, the data and the method's layers move there, the noise is drawn
-        there, a [`TorchOracle`][imle_solvers.TorchOracle] solves there and any other oracle gets one
-        host copy of each batch (default: leave everything where it is).
-    eval_batch
-        Test instances per model / oracle call in the evaluation.
-    compile
-        ``"off"`` (eager steps), ``"graph"`` (each full batch one replay of a CUDA graph of the whole
-        step; CUDA only, Adam then runs with ``capturable=True``), ``"model"`` (the model compiled by
-        ``torch.compile``) or ``"model+graph"``; see
-        [`GraphStep`][imle_solvers.training.step.GraphStep].
-    amp
-        Run the model under bfloat16 autocast, in training and evaluation.
-    channels_last
-        Put the model's weights and the image features (4-D) in channels-last memory format.
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles (added to the
+        method's options).
     time_limit
         Stop after the epoch during which the training time (evaluations excluded) passed this many
-        seconds; the run then has fewer than ``epochs`` epochs (``None``: no limit).
+        seconds; the run then has fewer epochs than the schedule's (``None``: no limit).
     distributed
         Train data-parallel with this process group (see
         [`distributed`][imle_solvers.training.distributed]): this process trains on its share of every
         batch, the model in `DistributedDataParallel`, and every process returns the result one process
-        would with the same seed and ``batch_size`` (up to the order of floating-point sums). Only rank 0
-        shows progress; an epoch's time is the slowest process's. ``compile`` must not record a CUDA
-        graph (``off`` or ``model``).
+        would with the same seed and batch size (up to the order of floating-point sums). Only rank 0
+        shows progress; an epoch's time is the slowest process's. The step must not be recorded as a
+        CUDA graph (see [`recording_blocker`][imle_solvers.training.plan.recording_blocker]).
 
     Returns
     -------
@@ -192,84 +166,89 @@ def train_model(
         ``method``, ``seed``, ``regret`` and ``accuracy`` (final), ``curve`` (regret after 0..epochs
         epochs), ``accuracy_curve``, ``epoch_time`` (seconds per training epoch, evaluation excluded),
         ``epoch_times``, ``eval_times``, ``train_loss`` (mean per epoch), ``lr`` (learning rate of each
-        epoch), ``settings`` (the method's hyper-parameters as used) and ``step`` (how the steps ran).
+        epoch), ``settings`` (the method's hyper-parameters as used), ``step`` (how the steps ran) and
+        ``problem``, ``device``, ``model``, ``oracle``.
     """
-    if device is not None:
-        dev = torch.device(device)
-        model.to(dev)
-        train, test = train.to(dev), test.to(dev)
-    dev = train.costs.device
-    if channels_last:
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        train, test = _channels_last(train), _channels_last(test)
-    oracle = train.oracle if train_oracle is None else train_oracle
-    torch.manual_seed(seed)  # the method's noise (on CUDA too)
-    options = (
-        method_options
-        if isinstance(method_options, MethodOptions)
-        else MethodOptions(**(method_options or {}))
-    )
-    if pool is not None:
-        options = dataclasses.replace(options, pool=pool)
     if method_name not in METHODS:
         raise ValueError(f"unknown method {method_name!r}; choose from {', '.join(METHODS)}")
-    if distributed is not None and "graph" in compile:
-        raise ConfigError(
-            f"{compile!r} records the step as a CUDA graph, which cannot hold DistributedDataParallel's "
-            "gradient all-reduce: use off or model with several training processes",
-            "compile",
+    if distributed is not None:  # the rule of the plan, for a process group the plan did not know of
+        blocker = recording_blocker(
+            plan.device, plan.oracle, plan.workers, plan.dask_address, distributed.world_size
         )
-    method = METHODS[method_name](oracle, options)
+        require_recordable(plan.step.compile, blocker)
+    dev = plan.device
+    if model is None:
+        torch.manual_seed(seed)  # all methods of a seed start from the same initial model
+        model = problem.model()
+    model.to(dev)
+    train, test = problem.train.to(dev), problem.test.to(dev)
+    if plan.step.channels_last:
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        train, test = _channels_last(train), _channels_last(test)
+    batch_size, epochs = plan.schedule.batch_size, plan.schedule.epochs
+    options = plan.options if pool is None else dataclasses.replace(plan.options, pool=pool)
+    torch.manual_seed(seed)  # the method's noise (on CUDA too)
+    method = METHODS[method_name](problem.train_oracle, options)
     for module in method.modules:
         module.to(dev)  # layers with state (AdaptiveTarget) keep it beside the weights
-    capturable = "graph" in compile and dev.type == "cuda"  # Adam's step count on the device
-    opt = torch.optim.Adam(list(model.parameters()), lr=lr, capturable=capturable)
+    # Adam's step count on the device for every step mode on CUDA: eager and recorded steps do the same
+    # arithmetic (a recorded step needs it; an eager one loses nothing by it)
+    opt = torch.optim.Adam(list(model.parameters()), lr=plan.schedule.lr, capturable=dev.type == "cuda")
     running = torch.zeros((), device=dev)  # Σ training loss of the epoch, summed on the device
-    step = make_step(compile, model, method, opt, train, running, batch_size=batch_size, amp=amp)
+    step = make_step(
+        plan.step.compile, model, method, opt, train, running, batch_size=batch_size, amp=plan.step.amp
+    )
     rows = Shard()  # this process's rows of the current global batch
+    show_progress = plan.show_progress
     if distributed is not None:
         step.forward = distributed.wrap(step.forward, rows)  # DDP: gradients averaged over the processes
         shard_noise(method.modules, rows)  # the noise of the global batch, this process's rows of it
         show_progress = show_progress and distributed.is_main
+    eval_oracle, amp = problem.eval_oracle, plan.step.amp
+
+    def evaluation() -> dict[str, float]:
+        return evaluate(model, test, eval_oracle, pool, plan.eval_batch, amp=amp, distributed=distributed)
+
     gen = torch.Generator().manual_seed(seed)  # batch order, the same on every device and process
-    start = time.perf_counter()
-    first = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp, distributed=distributed)
-    curve, acc_curve = [first["regret"]], [first["accuracy"]]
-    eval_times = [time.perf_counter() - start]
-    times: list[float] = []
-    losses: list[float] = []
-    lrs: list[float] = []
-    n = len(train)
-    for epoch in range(epochs):
-        model.train()
-        method.train()
-        _synchronize(dev)
+    with _cudnn_benchmark(plan.step.cudnn_benchmark):
         start = time.perf_counter()
-        bar = _progress_bar(-(-n // batch_size), f"{method_name} {epoch + 1}/{epochs}", show_progress)
-        world = 1 if distributed is None else distributed.world_size
-        display = _LossDisplay(bar, running, n, batch_size, share=1 / world)
-        _train_epoch(step, gen, batch_size, display, rows, distributed)
-        if bar is not None:
-            bar.close()
-        lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
-        if epoch + 1 in lr_milestones:
-            for group in opt.param_groups:
-                group["lr"] *= 0.1
-            step.lr_changed()
-        _synchronize(dev)
-        times.append(time.perf_counter() - start)
-        if distributed is not None:
-            times[-1] = distributed.slowest(times[-1])  # every process stops after the same epoch
-            distributed.all_reduce(running)  # Σ over the processes' shares
-            distributed.sync_buffers(model)  # rank 0's batch-norm statistics for the evaluation
-        losses.append(float(running) / max(n, 1))  # the epoch's one read of the loss
-        start = time.perf_counter()
-        ev = evaluate(model, test, eval_oracle, pool=pool, batch=eval_batch, amp=amp, distributed=distributed)
-        eval_times.append(time.perf_counter() - start)
-        curve.append(ev["regret"])
-        acc_curve.append(ev["accuracy"])
-        if time_limit is not None and sum(times) >= time_limit:
-            break
+        first = evaluation()
+        curve, acc_curve = [first["regret"]], [first["accuracy"]]
+        eval_times = [time.perf_counter() - start]
+        times: list[float] = []
+        losses: list[float] = []
+        lrs: list[float] = []
+        n = len(train)
+        for epoch in range(epochs):
+            model.train()
+            method.train()
+            _synchronize(dev)
+            start = time.perf_counter()
+            bar = _progress_bar(-(-n // batch_size), f"{method_name} {epoch + 1}/{epochs}", show_progress)
+            world = 1 if distributed is None else distributed.world_size
+            display = _LossDisplay(bar, running, n, batch_size, share=1 / world)
+            _train_epoch(step, gen, batch_size, display, rows, distributed)
+            if bar is not None:
+                bar.close()
+            lrs.append(opt.param_groups[0]["lr"])  # the rate this epoch trained with
+            if epoch + 1 in plan.schedule.lr_drops:
+                for group in opt.param_groups:
+                    group["lr"] *= 0.1
+                step.lr_changed()
+            _synchronize(dev)
+            times.append(time.perf_counter() - start)
+            if distributed is not None:
+                times[-1] = distributed.slowest(times[-1])  # every process stops after the same epoch
+                distributed.all_reduce(running)  # Σ over the processes' shares
+                distributed.sync_buffers(model)  # rank 0's batch-norm statistics for the evaluation
+            losses.append(float(running) / max(n, 1))  # the epoch's one read of the loss
+            start = time.perf_counter()
+            ev = evaluation()
+            eval_times.append(time.perf_counter() - start)
+            curve.append(ev["regret"])
+            acc_curve.append(ev["accuracy"])
+            if time_limit is not None and sum(times) >= time_limit:
+                break
     return TrainRun(
         method=method_name,
         seed=seed,
@@ -284,7 +263,22 @@ def train_model(
         settings=dict(method.settings),
         eval_times=eval_times,
         step=step.kind,
+        problem=plan.problem,
+        device=str(dev),
+        model=plan.model,
+        oracle=repr(problem.train_oracle),
     )
+
+
+@contextlib.contextmanager
+def _cudnn_benchmark(enabled: bool) -> Iterator[None]:
+    """``torch.backends.cudnn.benchmark = enabled`` for the block, restored afterwards."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def _train_epoch(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -13,8 +13,11 @@ from ..adapters.clamp import ClampedCosts
 from ..app.registry import Registry
 from ..data.dataset import PTODataset
 from ..errors import ConfigError, DataError
-from ..oracle import MapOracle, TorchOracle
+from ..oracle import BatchSolver, MapOracle, TorchOracle
 from .models import ResNetStemCNN, TerrainCNN, linear_model
+
+if TYPE_CHECKING:
+    from .plan import TrainPlan
 
 __all__ = [
     "DEFAULTS",
@@ -45,10 +48,12 @@ _PYEPO = {
     "bb_loss": "regret",
     "eval_batch": 1000,
     "dpo_samples": None,
+    "native_on_cpu": True,
 }
 DEFAULTS: dict[str, dict[str, Any]] = {
     "shortest-path": dict(_PYEPO),
     "knapsack": dict(_PYEPO),
+    "tsp": _PYEPO | {"native_on_cpu": False, "native_oracle": False},  # CP-SAT tours on every device
     "terrain": {
         "lr": 5e-4,
         "batch_size": 35,
@@ -75,9 +80,13 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 """Problem → default settings: `TrainConfig` fields left ``None`` take these; ``eval_batch`` (test
-instances per evaluation call) and ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where it differs from
-``samples``) are not options. ``warcraft`` defaults to the paper's protocol (its ``--schedule`` is
-``paper``, see `SCHEDULE_DEFAULTS`)."""
+instances per evaluation call), ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where it differs from
+``samples``), ``native_on_cpu`` (``--oracle auto`` picks the device-native oracle on the CPU too,
+see [`auto_oracle`][imle_solvers.training.plan.auto_oracle]; absent: ``False``) and ``native_oracle``
+(``False``: the problem has no device-native oracle, ``--oracle auto`` keeps the host one on every
+device; absent: ``True``) are not options.
+``warcraft`` defaults to the paper's protocol (its ``--schedule`` is ``paper``, see
+`SCHEDULE_DEFAULTS`)."""
 
 SCHEDULE_DEFAULTS = {"warcraft": "paper"}
 """Problem → its ``--schedule`` when none is given (``constant`` for the others)."""
@@ -129,13 +138,19 @@ class ProblemSpec:
     model
         The model's name (``None``: the problem's default).
     device
-        Where training runs (``oracle="auto"`` picks device-native oracles off the CPU).
+        Where training runs; generated maps are made there.
     oracle
         ``"device"``, ``"host"`` or ``"auto"``.
     cache
         Keep generated data in the user cache folder.
     data
         The folder of the published Warcraft files (``warcraft``; ``None``: generated terrain maps).
+    nodes
+        Number of nodes of ``tsp``.
+    solve_ratio
+        ``tsp``: the share of training rows sent to the solver, the others answered by a solution cache.
+    pool
+        The run's solver pool (``None``: solve in this process), for solves while the problem is built.
     """
 
     n_train: int
@@ -147,15 +162,18 @@ class ProblemSpec:
     grid: int = 5
     size: int = 12
     model: str | None = None
-    device: str | torch.device = "cpu"
+    device: torch.device = dataclasses.field(default_factory=lambda: torch.device("cpu"))
     oracle: str = "auto"
     cache: bool = False
     data: str | None = None
+    nodes: int = 20
+    solve_ratio: float = 1.0
+    pool: BatchSolver | None = None
 
     @property
     def native(self) -> bool:
         """Whether device-native oracles are asked for (``device``, or ``auto`` off the CPU)."""
-        return self.oracle == "device" or (self.oracle == "auto" and torch.device(self.device).type != "cpu")
+        return self.oracle == "device" or (self.oracle == "auto" and self.device.type != "cpu")
 
 
 def _linear(name: str, spec: ProblemSpec) -> None:
@@ -211,7 +229,12 @@ def terrain_problem(spec: ProblemSpec) -> Problem:
 
     model = _image_model("terrain", spec)
     data = terrain_maps(
-        spec.n_train + spec.n_test, size=spec.size, seed=spec.seed, image_dtype=torch.uint8, cache=spec.cache
+        spec.n_train + spec.n_test,
+        size=spec.size,
+        seed=spec.seed,
+        image_dtype=torch.uint8,
+        cache=spec.cache,
+        device=spec.device,
     )
     train, test = data.split(spec.n_train)
     return _image_problem("terrain", train, test, model, spec)
@@ -237,6 +260,7 @@ def warcraft_problem(spec: ProblemSpec) -> Problem:
             seed=spec.seed,
             image_dtype=torch.uint8,
             cache=spec.cache,
+            device=spec.device,
         )
         train, test = data.split(spec.n_train)
     else:
@@ -278,6 +302,16 @@ def _image_problem(
     return Problem(train, test, factory, train_oracle, eval_oracle, DEFAULTS[name])
 
 
+def tsp_problem(spec: ProblemSpec) -> Problem:
+    """Travelling salesperson on --nodes nodes (PyEPO's TSP data), linear model, CP-SAT tours."""
+    from .tsp import tsp_parts  # data and oracles in their own module
+
+    _linear("tsp", spec)
+    train, test, train_oracle, eval_oracle = tsp_parts(spec)
+    m, p = eval_oracle.n_vars, spec.num_features
+    return Problem(train, test, lambda: linear_model(p, m), train_oracle, eval_oracle, DEFAULTS["tsp"])
+
+
 PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
     "problem",
     {
@@ -285,60 +319,46 @@ PROBLEMS: Registry[Callable[[ProblemSpec], Problem]] = Registry(
         "knapsack": knapsack_problem,
         "terrain": terrain_problem,
         "warcraft": warcraft_problem,
+        "tsp": tsp_problem,
     },
 )
 """Problem name → factory ``(ProblemSpec) -> Problem``; a new problem is a factory, an entry here and its
 `DEFAULTS`."""
 
 
-def make_problem(
-    name: str,
-    n_train: int,
-    n_test: int,
-    seed: int,
-    *,
-    deg: int = 1,
-    noise_width: float = 0.5,
-    num_features: int = 5,
-    grid: int = 5,
-    size: int = 12,
-    model: str | None = None,
-    device: str | torch.device = "cpu",
-    oracle: str = "auto",
-    cache: bool = False,
-    data: str | None = None,
-) -> Problem:
-    """Build ``name`` (a key of `PROBLEMS`) with data seed ``seed``: ``PROBLEMS[name](ProblemSpec(...))``.
+def make_problem(plan: TrainPlan, seed: int, *, pool: BatchSolver | None = None) -> Problem:
+    """The problem of ``plan`` with data seed ``seed``: ``PROBLEMS[plan.problem](ProblemSpec(...))``.
 
-    The train and test sets are the first ``n_train`` and the next ``n_test`` instances of one
-    generated data set (same hidden ``B`` / same terrain costs). ``oracle`` picks the oracles of
-    training and evaluation: ``"device"`` the device-native ones (terrain:
-    ``adapters.TorchGridShortestPath``; knapsack: ``adapters.TorchKnapsack``), ``"host"`` the
-    solver-backed ones (SciPy Dijkstra, CP-SAT), ``"auto"`` device-native on a GPU and host on the CPU
-    (the knapsack: ``TorchKnapsack`` unless ``"host"``). Where a device-native oracle is not installed,
-    ``"auto"`` keeps the host one and ``"device"`` raises ``ValueError``. Terrain maps are stored as
-    ``uint8`` images, kept in the user cache when ``cache``; ``model`` is ``terrain-cnn`` (default) or
-    ``resnet-stem`` for terrain, ``linear`` otherwise. ``data`` is the folder of the published Warcraft
-    files (problem ``warcraft`` only).
+    The train and test sets are the first ``plan.data.n_train`` and the next ``plan.data.n_test``
+    instances of one generated data set (same hidden ``B`` / same terrain costs), or the published
+    Warcraft files' (``plan.data.folder``). ``plan.oracle`` picks the oracles of training and
+    evaluation: ``"device"`` the device-native ones (terrain: ``adapters.TorchGridShortestPath``;
+    knapsack: ``adapters.TorchKnapsack``; ``ValueError`` where none is installed), ``"host"`` the
+    solver-backed ones (SciPy Dijkstra, CP-SAT). Generated terrain maps are made on ``plan.device``,
+    stored as ``uint8`` images and kept in the user cache with ``plan.data.cache``. ``plan.data.nodes``
+    and ``plan.data.solve_ratio`` set the ``tsp`` problem; ``pool`` (the run's
+    [`SolverPool`][imle_solvers.pool.SolverPool], as [`train_model`][imle_solvers.training.train_model]
+    takes it) solves what building the problem needs solved (``tsp``'s optimal tours).
     """
-    if name not in PROBLEMS:
-        raise ValueError(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS)}")
+    if plan.problem not in PROBLEMS:
+        raise ValueError(f"unknown problem {plan.problem!r}; choose from {', '.join(PROBLEMS)}")
     spec = ProblemSpec(
-        n_train=n_train,
-        n_test=n_test,
+        n_train=plan.data.n_train,
+        n_test=plan.data.n_test,
         seed=seed,
-        deg=deg,
-        noise_width=noise_width,
-        num_features=num_features,
-        grid=grid,
-        size=size,
-        model=model,
-        device=device,
-        oracle=oracle,
-        cache=cache,
-        data=data,
+        deg=plan.data.deg,
+        noise_width=plan.data.noise_width,
+        size=plan.data.size,
+        model=plan.model,
+        device=plan.device,
+        oracle=plan.oracle,
+        cache=plan.data.cache,
+        data=plan.data.folder,
+        nodes=plan.data.nodes,
+        solve_ratio=plan.data.solve_ratio,
+        pool=pool,
     )
-    return PROBLEMS[name](spec)
+    return PROBLEMS[plan.problem](spec)
 
 
 def _choose(host: MapOracle, native: MapOracle | None, want_native: bool, choice: str) -> MapOracle:

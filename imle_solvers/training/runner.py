@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import torch
-
-from ..app.machine import resolve_device
 from ..app.session import Session
 from ..errors import ConfigError, WorkerCrashedError
-from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from .config import TrainConfig
-from .distributed import DistributedContext, check_batches, planned_world_size, process_group
+from .distributed import DistributedContext, process_group
 from .loop import train_model
-from .methods import MethodOptions
-from .problems import DEFAULTS, make_problem
+from .plan import TrainPlan
+from .problems import make_problem
 from .results import SUMMARY, TrainRun, plot_curves
 
 if TYPE_CHECKING:
@@ -25,26 +22,24 @@ if TYPE_CHECKING:
 __all__ = ["run", "title"]
 
 
-def title(config: TrainConfig) -> str:
-    """One line naming the problem of a resolved configuration (tables and plots)."""
-    if config.problem == "terrain":
-        return f"terrain {config.size}×{config.size}, {config.model}"
-    if config.problem == "warcraft":
-        source = "generated maps" if config.data is None else config.data
-        return f"Warcraft {config.size}×{config.size} ({source}), {config.model}"
-    return f"{config.problem}, deg {config.deg}"
+def title(plan: TrainPlan) -> str:
+    """One line naming the problem of a plan (tables and plots): ``plan.title``."""
+    return plan.title
 
 
 def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None) -> list[TrainRun]:
     """Train every method on every seed; one [`TrainRun`][imle_solvers.training.TrainRun] per
     (method, seed), in that order.
 
-    Does what ``imle-solvers train`` does: the machine is checked first (``device``, ``out``:
-    [`ConfigError`][imle_solvers.errors.ConfigError] before any work), torch uses ``config.threads``
-    threads (the previous setting is restored afterwards), and with ``config.out`` every run is written
-    as it finishes, then ``results.json``, ``results.md`` and ``curves.png``. Each seed generates its own
-    data (data seed = ``seed``) and model initialisation (``torch.manual_seed(seed)``); all methods of a
-    seed start from the same initial model. The data move to the device once per seed.
+    Does what ``imle-solvers train`` does: the settings are resolved once
+    ([`TrainConfig.plan`][imle_solvers.training.TrainConfig.plan]) and the machine is checked first
+    (``device``, ``out``, ``data``, the step: [`ConfigError`][imle_solvers.errors.ConfigError] before any
+    work), torch uses ``config.threads`` threads (the previous setting is restored afterwards), and with
+    ``config.out`` every run is written as it finishes, then ``results.json``, ``results.md`` and
+    ``curves.png``. Each seed generates its own data (data seed = ``seed``, on the training device) and
+    model initialisation (``torch.manual_seed(seed)``); all methods of a seed start from the same
+    initial model. The data move to the device once per seed. Where ``--compile auto`` could not record
+    the step on a CUDA device, one line on stderr says why.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1), or in a process group the caller initialised, the processes
     train one model data-parallel (see [`distributed`][imle_solvers.training.distributed]): each on its
@@ -54,8 +49,7 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
     Parameters
     ----------
     config
-        The settings (defaults are resolved by
-        [`TrainConfig.resolved`][imle_solvers.training.TrainConfig.resolved]).
+        The settings.
     on_result
         Called with each run as soon as it finishes, before it is written: an interruption (Ctrl-C, a
         full disk) loses at most the run in progress.
@@ -67,116 +61,49 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
     OutputError
         When a result cannot be written; the finished runs were handed to ``on_result``.
     """
-    used = config.resolved()
-    assert used.n_train is not None and used.batch_size is not None
-    world = planned_world_size()
-    check_batches(used.n_train, used.batch_size, world)  # before any process waits
-    if world > 1 and "graph" in used.compile:
-        raise ConfigError(
-            "cannot record the step as a CUDA graph with several training processes (DDP's all-reduce "
-            f"is not recorded): use off or model, got {used.compile!r}",
-            "compile",
-        )
-    group = process_group(used.device, used.dist_timeout)
-    if group is not None and not group.is_main:  # rank 0 alone prints and writes
-        config, used = config.replace(out=None), used.replace(out=None, show_progress=False)
-    with Session(config, SUMMARY, resolved=used.as_dict(), on_result=on_result) as session:
-        if used.device != "cpu":
-            torch.backends.cudnn.benchmark = (
-                True  # fixed image sizes: let cuDNN pick the fastest convolutions
-            )
-        _train_all(used, session, group)
-        name = title(used)
+    plan = config.plan()
+    group = process_group(plan.device, plan.dist_timeout)
+    main = group is None or group.is_main
+    if not main:  # rank 0 alone prints and writes
+        plan = dataclasses.replace(plan, out=None, show_progress=False)
+    with Session(config, SUMMARY, resolved=dict(plan.record), on_result=on_result, writes=main) as session:
+        if main and plan.device.type == "cuda" and not plan.step.compile.records:
+            print(f"steps: {plan.step.compile.value} ({plan.step.reason})", file=sys.stderr, flush=True)
+        _train_all(plan, session, group)
         session.finish(
-            markdown=f"{name}, {len(used.seeds)} seed(s)",
+            markdown=f"{plan.title}, {len(plan.seeds)} seed(s)",
             extra=None if group is None else {"distributed": group.describe()},
-            plots=[("curves.png", lambda path: plot_curves(session.records, path, title=name))],
+            plots=[("curves.png", lambda path: plot_curves(session.records, path, title=plan.title))],
         )
     return list(session.records)
 
 
-def _train_all(config: TrainConfig, session: Session, group: DistributedContext | None) -> None:
-    device = resolve_device(config.device) if group is None else group.device
-    assert config.samples is not None and config.epochs is not None and config.batch_size is not None
-    assert config.lr is not None and config.bb_loss is not None and config.n_train and config.n_test
-    extra = DEFAULTS[config.problem]
-    pool = _pool(config)
+def _train_all(plan: TrainPlan, session: Session, group: DistributedContext | None) -> None:
+    pool = _pool(plan)
     try:
-        for seed in config.seeds:
-            prob = make_problem(
-                config.problem,
-                config.n_train,
-                config.n_test,
-                seed,
-                deg=config.deg,
-                noise_width=config.noise_width,
-                size=config.size,
-                model=config.model,
-                device=device,
-                oracle=config.oracle,
-                cache=config.cache,
-                data=config.data,
-            )
-            train, test = prob.train.to(device), prob.test.to(device)  # one copy per seed
-            noise: NoiseDistribution = (
-                SumOfGamma(tau=config.tau) if config.noise == "sog" else Gumbel(config.tau)
-            )
-            options = MethodOptions(
-                samples=config.samples,
-                noise=noise,
-                lam=config.lam,
-                bb_loss=config.bb_loss,
-                dpo_samples=extra["dpo_samples"],
-            )
-            for name in config.methods:
-                torch.manual_seed(seed)
-                result = train_model(
-                    prob.model(),
-                    name,
-                    train,
-                    test,
-                    epochs=config.epochs,
-                    batch_size=config.batch_size,
-                    lr=config.lr,
-                    seed=seed,
-                    pool=pool,
-                    train_oracle=prob.train_oracle,
-                    eval_oracle=prob.eval_oracle,
-                    method_options=options,
-                    show_progress=config.show_progress,
-                    lr_milestones=config.lr_drops or (),
-                    device=device,
-                    eval_batch=extra["eval_batch"],
-                    compile=config.compile,
-                    amp=config.amp == "bf16",
-                    channels_last=config.channels_last == "on",
-                    distributed=group,
-                )
-                result = dataclasses.replace(
-                    result,
-                    problem=config.problem,
-                    device=str(device),
-                    model=str(config.model),
-                    oracle=repr(prob.train_oracle),
-                )
+        for seed in plan.seeds:
+            # the data are made on (or moved to) the device once; the pool solves what they need solved
+            problem = make_problem(plan, seed, pool=pool)
+            for name in plan.methods:
+                result = train_model(plan, problem, name, seed, pool=pool, distributed=group)
                 session.add(result)
-                if config.show_progress:
+                if plan.show_progress:
                     _report(result)
     finally:
         if pool is not None:
             pool.close()
 
 
-def _pool(config: TrainConfig) -> SolverPool | None:
+def _pool(plan: TrainPlan) -> SolverPool | None:
     """The solver pool of ``--workers`` or ``--dask-address`` (``None``: solve in this process); a Dask
     scheduler is reached before any training starts."""
-    if config.workers == 0 and config.dask_address is None:
+    if plan.workers == 0 and plan.dask_address is None:
         return None
     from ..pool import SolverPool  # imported when needed
 
-    if config.dask_address is None:
-        return SolverPool(config.workers)
-    pool = SolverPool(backend="dask", dask_address=config.dask_address)
+    if plan.dask_address is None:
+        return SolverPool(plan.workers)
+    pool = SolverPool(backend="dask", dask_address=plan.dask_address)
     try:
         pool.start()  # connect now: an unreachable scheduler is a setting that cannot work
     except WorkerCrashedError as exc:  # the pool's "cannot connect": before any work, a bad setting

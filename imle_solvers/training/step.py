@@ -34,6 +34,7 @@ from torch import nn
 
 from ..data.dataset import PTODataset
 from .methods import Batch, Method
+from .plan import Compile
 
 __all__ = ["WARMUP_STEPS", "CudaGraphRecorder", "GraphStep", "Recorder", "TrainStep", "make_step"]
 
@@ -262,7 +263,7 @@ class GraphStep(TrainStep):
 
 
 def make_step(
-    mode: str,
+    mode: Compile | str,
     model: nn.Module,
     method: Method,
     optimizer: torch.optim.Optimizer,
@@ -272,12 +273,16 @@ def make_step(
     batch_size: int,
     amp: bool = False,
 ) -> TrainStep:
-    """The step of ``mode`` (``off``, ``graph``, ``model`` or ``model+graph``, see
-    [`TrainConfig`][imle_solvers.training.TrainConfig]'s ``compile``)."""
-    if mode not in ("off", "graph", "model", "model+graph"):
-        raise ValueError(f"compile must be one of 'off', 'graph', 'model', 'model+graph', got {mode!r}")
-    forward = compile_model(model) if mode.startswith("model") else None
-    if "graph" in mode:
+    """The step of ``mode`` (a [`Compile`][imle_solvers.training.plan.Compile] or its value: ``off``,
+    ``graph``, ``model`` or ``model+graph``)."""
+    try:
+        kind = Compile(mode)
+    except ValueError:
+        raise ValueError(
+            f"compile must be one of 'off', 'graph', 'model', 'model+graph', got {mode!r}"
+        ) from None
+    forward = compile_model(model) if kind.compiles else None
+    if kind.records:
         return GraphStep(
             model,
             method,
@@ -286,10 +291,10 @@ def make_step(
             running,
             amp=amp,
             forward=forward,
-            mode=mode,
+            mode=kind.value,
             batch_size=batch_size,
         )
-    return TrainStep(model, method, optimizer, data, running, amp=amp, forward=forward, mode=mode)
+    return TrainStep(model, method, optimizer, data, running, amp=amp, forward=forward, mode=kind.value)
 
 
 COMPILE_BACKEND = "inductor"

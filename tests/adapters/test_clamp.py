@@ -86,8 +86,8 @@ def test_device_oracle_is_clamped_on_the_device() -> None:
 
 def test_terrain_training_clamps_the_device_oracle_with_the_same_class() -> None:
     """The training problem used its own copy of this wrapper for the device-native grid path."""
-    from imle_solvers.training.problems import make_problem
+    from tests.support.training import problem_of
 
-    prob = make_problem("terrain", 4, 2, 0, size=3, oracle="device")
+    prob = problem_of("terrain", 4, 2, 0, size=3, oracle="device", batch_size=2)
     assert isinstance(prob.train_oracle, ClampedCosts) and isinstance(prob.train_oracle, TorchOracle)
     assert prob.train_oracle.floor == 0.0 and prob.train_oracle.oracle is not None

@@ -29,6 +29,7 @@ HOMES = {  # public oracle -> the module that defines it (its one home)
     "TorchMatching": "imle_solvers.adapters.graphs.matching",
     "TorchSpanningTree": "imle_solvers.adapters.graphs.spanning_tree",
     "TorchKnapsack": "imle_solvers.adapters.knapsack",
+    "TravellingSalesperson": "imle_solvers.adapters.graphs.tsp",
     "TopK": "imle_solvers.topk",
     "ClampedCosts": "imle_solvers.adapters.clamp",
 }

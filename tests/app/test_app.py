@@ -187,3 +187,66 @@ def test_ctrl_c_says_what_finished_and_where_it_is(
         f" (summary in {folder}/results.json)\n",
     }
     assert err == expected[(finished, folder is not None)]
+
+
+# --------------------------------------------------------------------------- the shared run settings
+def test_every_command_inherits_its_run_settings_declared_once() -> None:
+    import importlib
+
+    from imle_solvers import cli
+    from imle_solvers.app.config import (
+        OnDevice,
+        Progress,
+        RunSettings,
+        Seeded,
+        Threaded,
+        Written,
+        fields,
+        inherit,
+    )
+
+    shared = {
+        cls: {f.name: f.metadata["option"] for f in dataclasses.fields(cls)}
+        for cls in (Seeded, OnDevice, Threaded, Written, Progress)
+    }
+    expected = {
+        "train": RunSettings,
+        "demo": RunSettings,
+        "vae": RunSettings,
+        "l2x": RunSettings,
+        "sort": RunSettings,
+        "toy": (Written, Progress),
+        "bench": OnDevice,
+    }
+    assert set(expected) == set(cli.COMMANDS)
+    for name, bases in expected.items():
+        config = importlib.import_module(cli.COMMANDS[name][0]).COMMAND.config
+        assert issubclass(config, bases)  # type: ignore[arg-type]
+        specs = {spec.name: spec for spec in fields(config)}
+        for cls, declared in shared.items():
+            if not issubclass(config, cls):
+                continue
+            for field, option_ in declared.items():  # the declaration itself: flags, check, help
+                spec = specs[field].option
+                assert (spec.flags, spec.check, spec.help, spec.shared) == (
+                    option_.flags,
+                    option_.check,
+                    option_.help,
+                    True,
+                ), (name, field)
+        # listed after the command's own options
+        kinds = [spec.option.shared for spec in fields(config)]
+        assert kinds == sorted(kinds), name
+    from imle_solvers.experiments.l2x import L2XConfig
+    from imle_solvers.training import TrainConfig
+
+    assert (L2XConfig().seeds, TrainConfig().seeds, L2XConfig().out, TrainConfig().out) == (
+        (0, 1, 2),
+        (0,),
+        "runs/l2x",
+        None,
+    )
+    with pytest.raises(ConfigError, match=r"seeds must be an integer in \[0, 2\*\*32\), got -1"):
+        L2XConfig(seeds=(-1,))
+    with pytest.raises(ValueError, match="'epochs' is not a shared run setting"):
+        inherit("epochs", 3)

@@ -62,6 +62,7 @@ def test_quick_run_prints_both_tables(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:the batch size 70 is larger:RuntimeWarning")  # 14 maps, on purpose
 def test_published_files_epochs_and_the_projection(published: Path) -> None:
     rows = bench.run(data=str(published), size=4, maps=14, epochs=3, device="cpu")
     epochs, summary = _tables(rows)
@@ -85,6 +86,7 @@ def test_published_files_epochs_and_the_projection(published: Path) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("ignore:the batch size 70 is larger:RuntimeWarning")  # 28 maps, on purpose
 def test_full_reports_the_accuracy_beside_the_papers(
     published: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,7 +147,10 @@ def test_bad_options_are_refused_before_any_work(
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_graph_and_cuda_need_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     for argv, message in (
-        (["--compile", "graph", "--device", "cpu"], "argument --compile: graph records CUDA graphs"),
+        (
+            ["--compile", "graph", "--device", "cpu"],
+            "argument --compile: graph records the training step as a CUDA graph, but it needs a CUDA device",
+        ),
         (["--device", "cuda"], "argument --device: cuda: CUDA is not available"),
     ):
         with pytest.raises(SystemExit):

@@ -325,7 +325,7 @@ def test_quick_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[
     saved = json.loads((out / "results.json").read_text())
     assert (
         saved["complete"] is True
-        and saved["command"] == "imle-solvers sort --ns 3 4 --quick --out " + str(out) + " --no-progress"
+        and saved["command"] == "imle-solvers sort --ns 3 4 --quick --out " + str(out) + " --quiet"
     )
     config = saved["config"]
     assert (config["seeds"], config["steps"], config["n_test"]) == ([0], 40, 100)  # --quick resolved
@@ -458,7 +458,7 @@ BAD = [
     (["--lr", "nan"], "argument --lr: must be a finite number > 0, got nan"),
     (["--lam", "-1"], "argument --lam: must be a finite number > 0, got -1"),
     (["--sinkhorn-tau", "0"], "argument --sinkhorn-tau: must be a finite number > 0, got 0"),
-    (["--seeds", "-1"], "argument --seeds/--seed: must be a non-negative integer, got -1"),
+    (["--seeds", "-1"], "argument --seeds/--seed: must be an integer in [0, 2**32), got -1"),
     (["--methods", "x"], "argument --methods/--method: must be one of 'imle', 'gumbel-sinkhorn', 'ste'"),
     (["--device", "tpu"], "argument --device: must be cpu, cuda, cuda:N or auto, got 'tpu'"),
     (["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from imle_solvers.adapters.graphs import GridShortestPath
-
 COUNTS = {"train": 28, "val": 7, "test": 14}
 """Maps per split of `write_warcraft`'s default data set."""
 
@@ -17,17 +15,14 @@ def warcraft_arrays(n: int, size: int, seed: int) -> dict[str, np.ndarray]:
     ``[n, K, K]`` of generated terrain (the published layout; the paths are optimal 8-neighbour paths)."""
     import torch
 
-    from imle_solvers.data.terrain import TERRAIN_COSTS, _terrain_types, render_terrain
+    from imle_solvers.data import terrain_maps
 
-    types = _terrain_types(n, size, np.random.RandomState(seed))  # [n, K, K]
-    images = render_terrain(types, 8, generator=torch.Generator().manual_seed(seed))  # [n, 3, 8K, 8K]
-    maps = images.mul(255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()  # [n, 8K, 8K, 3]
-    weights = TERRAIN_COSTS[types].astype(np.float32)  # [n, K, K]
-    paths = GridShortestPath(size, size).solve_batch(weights.reshape(n, -1).astype(np.float64))
+    data = terrain_maps(n, size, seed, image_dtype=torch.uint8)
+    maps = data.features.permute(0, 2, 3, 1).numpy()  # [n, 8K, 8K, 3]
     return {
         "maps": np.ascontiguousarray(maps),
-        "shortest_paths": paths.reshape(n, size, size).astype(np.uint8),
-        "vertex_weights": weights,
+        "shortest_paths": data.solutions.numpy().reshape(n, size, size).astype(np.uint8),
+        "vertex_weights": data.costs.numpy().reshape(n, size, size).astype(np.float32),
     }
 
 

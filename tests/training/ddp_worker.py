@@ -15,6 +15,7 @@ The test computes the same in one process and compares. Importable: the test bui
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from imle_solvers.data.dataset import PTODataset
-from imle_solvers.training import make_problem, train_model
+from imle_solvers.training import TrainConfig, make_problem, train_model
 from imle_solvers.training.distributed import DistributedContext
 
 TINY = (
@@ -88,26 +89,16 @@ def _float64(data: PTODataset) -> PTODataset:
 
 def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
     """Two epochs of every method of `FLOAT64_METHODS` in float64 (sums exact to ~1e-15)."""
-    prob = make_problem("shortest-path", 40, 30, 5, deg=2)
-    train, test = _float64(prob.train), _float64(prob.test)
+    config = TrainConfig(problem="shortest-path", n_train=40, n_test=30, deg=2, epochs=2, batch_size=7)
+    plan = config.replace(lr=0.05, samples=3, show_progress=False).plan()
+    prob = make_problem(plan, 5)
+    prob = dataclasses.replace(prob, train=_float64(prob.train), test=_float64(prob.test))
     out: dict[str, Any] = {}
     for name in FLOAT64_METHODS:
         torch.manual_seed(5)
         model = prob.model().double()
         with recorded_gradients() as grads:
-            result = train_model(
-                model,
-                name,
-                train,
-                test,
-                epochs=2,
-                batch_size=7,
-                lr=0.05,
-                seed=5,
-                method_options={"samples": 3},
-                show_progress=False,
-                distributed=distributed,
-            )
+            result = train_model(plan, prob, name, 5, model=model, distributed=distributed)
         out[name] = {
             "grads": grads,
             "curve": result.curve,

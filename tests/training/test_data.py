@@ -169,16 +169,18 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
     floats = terrain_maps(5, size=4, seed=1, pixels=4)
     small = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
     assert small.features.dtype == torch.uint8
-    assert float((floats.features * 255 - small.features.float()).abs().max()) <= 0.5 + 1e-3  # rounded
+    assert torch.equal(small.features, floats.features.mul(255).round().to(torch.uint8))  # rounded
     assert torch.equal(floats.solutions, small.solutions)
     stored = list((tmp_path / "cache" / "terrain").iterdir())
-    assert [p.name for p in stored] == ["v2-K4-P4-n5-seed1"]  # one folder, no temporary one left
-    assert sorted(p.name for p in stored[0].iterdir()) == ["images.npy", "solutions.npy", "types.npy"]
+    assert [p.name for p in stored] == ["v3-K4-n5-seed1"]  # one folder, no temporary one left
+    # compact: the types and the paths (the images are rendered from the types)
+    assert sorted(p.name for p in stored[0].iterdir()) == ["solutions.npy", "types.npy"]
 
     def no_generation(*args: object) -> None:
         raise AssertionError("generated again instead of read from the cache")
 
     monkeypatch.setattr(terrain, "_terrain_types", no_generation)
+    monkeypatch.setattr(terrain.TorchGridShortestPath, "solve_torch", no_generation)
     again = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
     for a, b in [
         (again.features, small.features),
@@ -188,10 +190,71 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
     ]:
         assert torch.equal(a, b)
     np.testing.assert_array_equal(again.info["types"], small.info["types"])
+    other_p = terrain_maps(5, size=4, seed=1, pixels=2, image_dtype=torch.uint8, cache=True)  # same entry
+    assert other_p.features.shape == (5, 3, 8, 8) and torch.equal(other_p.solutions, small.solutions)
     with pytest.raises(ValueError, match="uint8"):
         terrain_maps(5, size=4, seed=1, pixels=4, cache=True)
     with pytest.raises(ValueError, match="image_dtype"):
         terrain_maps(5, size=4, pixels=4, image_dtype=torch.float64)
+
+
+def test_terrain_maps_do_not_depend_on_how_they_are_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    import imle_solvers.data.terrain as terrain
+    from imle_solvers.data import terrain_maps
+
+    whole = terrain_maps(7, size=5, seed=2, pixels=4, image_dtype=torch.uint8)
+    monkeypatch.setattr(terrain, "_chunk", lambda size, pixels: 2)  # maps made two at a time
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # and on more threads
+    try:
+        pieces = terrain_maps(7, size=5, seed=2, pixels=4, image_dtype=torch.uint8)
+    finally:
+        torch.set_num_threads(threads)
+    for name in ("features", "costs", "solutions", "objectives"):
+        assert torch.equal(getattr(whole, name), getattr(pieces, name)), name
+    np.testing.assert_array_equal(whole.info["types"], pieces.info["types"])
+    other = terrain_maps(7, size=5, seed=3, pixels=4, image_dtype=torch.uint8)  # another seed: other maps
+    assert not torch.equal(other.features, whole.features)
+    assert not np.array_equal(other.info["types"], whole.info["types"])
+
+
+def test_every_terrain_map_has_its_own_pixel_noise() -> None:
+    from imle_solvers.data import terrain_maps
+    from imle_solvers.data.terrain import _tiles
+
+    d = terrain_maps(6, size=3, seed=5, pixels=4)
+    clean = _tiles(4)[torch.as_tensor(d.info["types"])].permute(0, 3, 1, 4, 2, 5).reshape(6, 3, 12, 12)
+    noise = (d.features - clean).reshape(6, -1)  # the pixel noise   [n, 3·12·12]
+    inside = ((d.features > 0) & (d.features < 1)).reshape(6, -1)  # where the clamp cut nothing
+    assert inside.float().mean() > 0.8
+    assert 0.07 < float(noise[inside].std()) < 0.09  # σ = 0.08
+    for i in range(6):
+        for j in range(i):
+            both = inside[i] & inside[j]
+            assert not torch.allclose(noise[i][both], noise[j][both])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.timeout(120)
+def test_terrain_maps_made_on_cuda_are_the_cpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # pragma: no cover - GPU only
+    from imle_solvers.data import terrain_maps
+
+    monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
+    for size, n in ((12, 300), (30, 120)):
+        cpu = terrain_maps(n, size=size, seed=4, image_dtype=torch.uint8)
+        gpu = terrain_maps(n, size=size, seed=4, image_dtype=torch.uint8, device="cuda")
+        assert gpu.features.device.type == "cuda" and gpu.solutions.device.type == "cuda"
+        for name in ("features", "costs", "solutions", "objectives"):
+            assert torch.equal(getattr(gpu, name).cpu(), getattr(cpu, name)), (size, name)
+        np.testing.assert_array_equal(gpu.info["types"], cpu.info["types"])
+        # the cache one device writes is what the other reads
+        written = terrain_maps(n, size=size, seed=4, image_dtype=torch.uint8, device="cuda", cache=True)
+        read = terrain_maps(n, size=size, seed=4, image_dtype=torch.uint8, cache=True)
+        assert torch.equal(written.features.cpu(), read.features)
+        assert torch.equal(written.solutions.cpu(), read.solutions)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +263,7 @@ def test_terrain_maps_as_bytes_and_the_cache(tmp_path: Path, monkeypatch: pytest
         ("empty", "No data left in file"),
         ("truncated", "could only read"),
         ("not-numpy", "not a NumPy|format version|pickle"),
-        ("wrong-size", r"images.npy holds uint8 \(5, 3, 8, 8\), expected uint8 \(5, 3, 16, 16\)"),
+        ("wrong-size", r"types.npy holds uint8 \(5, 3, 3\), expected uint8 \(5, 4, 4\)"),
         ("wrong-dtype", r"solutions.npy holds float64"),
         ("bad-values", "out of range"),
         ("missing", "No such file"),
@@ -214,7 +277,7 @@ def test_a_damaged_terrain_cache_is_regenerated(
     monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
     fresh = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
     (folder,) = (tmp_path / "terrain").iterdir()
-    target = {"wrong-dtype": "solutions.npy", "bad-values": "types.npy"}.get(damage, "images.npy")
+    target = {"wrong-dtype": "solutions.npy", "bad-values": "solutions.npy"}.get(damage, "types.npy")
     path = folder / target
     if damage == "empty":
         path.write_bytes(b"")
@@ -222,18 +285,18 @@ def test_a_damaged_terrain_cache_is_regenerated(
         path.write_bytes(path.read_bytes()[:-10])
     elif damage == "not-numpy":
         path.write_bytes(b"\x93NUMPY garbage")
-    elif damage == "wrong-size":  # images of another P: never used for this K and P
-        np.save(path, np.zeros((5, 3, 8, 8), dtype=np.uint8))
+    elif damage == "wrong-size":  # types of another K: never used for this K
+        np.save(path, np.zeros((5, 3, 3), dtype=np.uint8))
     elif damage == "wrong-dtype":
         np.save(path, np.load(path).astype(np.float64))
     elif damage == "bad-values":
-        np.save(path, np.full((5, 4, 4), 9, dtype=np.uint8))
+        np.save(path, np.full((5, 16), 9, dtype=np.uint8))
     else:
         path.unlink()
     with pytest.warns(RuntimeWarning, match=rf"cached terrain maps in .* are unusable \((?:.*)({reason})"):
         again = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)
     assert torch.equal(again.features, fresh.features) and torch.equal(again.solutions, fresh.solutions)
-    assert sorted(p.name for p in folder.iterdir()) == ["images.npy", "solutions.npy", "types.npy"]
+    assert sorted(p.name for p in folder.iterdir()) == ["solutions.npy", "types.npy"]
     np.testing.assert_array_equal(np.load(path), np.load(folder / target))  # written whole again
     reread = terrain_maps(5, size=4, seed=1, pixels=4, image_dtype=torch.uint8, cache=True)  # no warning now
     assert torch.equal(reread.features, fresh.features)

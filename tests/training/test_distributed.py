@@ -3,6 +3,7 @@ processes giving the result of one."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -36,6 +37,7 @@ from imle_solvers.training.distributed import (
     share,
 )
 from imle_solvers.training.loop import _global_rows
+from imle_solvers.training.plan import Compile
 from tests.support.launch import torchrun
 from tests.support.paths import ROOT
 from tests.training.ddp_worker import (
@@ -99,25 +101,37 @@ def test_the_environment_names_the_processes(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_a_cuda_graph_step_is_refused_with_several_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    config = TrainConfig(problem="terrain", methods=("imle",), compile="graph", device="cpu", n_train=8)
-    with pytest.raises(ConfigError, match="cannot record the step as a CUDA graph with several training"):
-        run(config)  # before any rendezvous
-    from imle_solvers.training import config as config_module
+    import imle_solvers.training.plan as plan_module
 
-    monkeypatch.setattr(config_module, "resolve_device", lambda device: torch.device("cuda"))  # a GPU
-    monkeypatch.setattr(config_module, "_bf16_supported", lambda: True)
-    assert TrainConfig(problem="terrain", device="cuda").resolved().compile == "off"  # auto: no graph
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    config = TrainConfig(
+        problem="terrain", methods=("imle",), compile="graph", device="cpu", n_train=8, batch_size=4
+    )
+    with pytest.raises(ConfigError, match="records the training step as a CUDA graph, but it needs a CUDA"):
+        run(config)  # before any rendezvous
+    # on a GPU (as this machine's plan would see one): refused for the processes, auto falls back
+    monkeypatch.setattr(
+        plan_module, "resolve_device", lambda name, rank=None: torch.device("cuda", rank or 0)
+    )
+    monkeypatch.setattr(plan_module, "bf16_supported", lambda device: True)
+    many = TrainConfig(problem="terrain", device="cuda", n_train=8, batch_size=4)
+    with pytest.raises(ConfigError, match="2 training processes: DistributedDataParallel's all-reduce"):
+        many.replace(compile="graph").plan()
+    step = many.plan().step
+    assert step.compile.value == "off" and "2 training processes" in step.reason  # auto: no graph
     monkeypatch.setenv("WORLD_SIZE", "1")
-    assert (
-        TrainConfig(problem="terrain", device="cuda").resolved().compile == "off"
-    )  # opt-in, one process too
+    assert TrainConfig(
+        problem="terrain", device="cuda", n_train=8, batch_size=4
+    ).plan().step.compile.value == ("graph")  # one process: the recorded step
     from imle_solvers.training import make_problem, train_model
 
-    prob = make_problem("shortest-path", 16, 8, 0)
+    plan = TrainConfig(n_train=16, n_test=8, batch_size=8).plan()
+    plan = dataclasses.replace(plan, device=torch.device("cuda"))
+    plan = dataclasses.replace(plan, step=dataclasses.replace(plan.step, compile=Compile.GRAPH))
+    prob = make_problem(dataclasses.replace(plan, device=torch.device("cpu")), 0)
     group = DistributedContext(0, 2, 0, "gloo", torch.device("cpu"))
-    with pytest.raises(ConfigError, match="cannot hold DistributedDataParallel's gradient all-reduce"):
-        train_model(prob.model(), "spo+", prob.train, prob.test, compile="graph", distributed=group)
+    with pytest.raises(ConfigError, match="2 training processes: DistributedDataParallel's all-reduce"):
+        train_model(plan, prob, "spo+", 0, distributed=group)  # a group the plan did not know of
 
 
 def test_one_process_trains_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -356,7 +370,20 @@ def test_an_unreachable_dask_scheduler_stops_the_command_before_training(
     pytest.importorskip("distributed")
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         nowhere = ["--dask-address", "tcp://127.0.0.1:9"]  # port 9: nothing listens
-        status = main(["--method", "two-stage", "--n-train", "8", "--n-test", "4", *nowhere, "--quiet"])
+        status = main(
+            [
+                "--method",
+                "two-stage",
+                "--n-train",
+                "8",
+                "--n-test",
+                "4",
+                "--batch-size",
+                "4",
+                *nowhere,
+                "--quiet",
+            ]
+        )
     assert status == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith(

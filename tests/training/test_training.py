@@ -14,10 +14,13 @@ from imle_solvers import ClampedCosts, NoNoise
 from imle_solvers.app.machine import check_output_dir
 from imle_solvers.app.results import atomic_write_json
 from imle_solvers.data import shortest_path
+from imle_solvers.data.dataset import PTODataset
 from imle_solvers.errors import ConfigError
+from imle_solvers.oracle import MapOracle
 from imle_solvers.training import (
     METHODS,
     TrainConfig,
+    TrainPlan,
     build_method,
     evaluate,
     main,
@@ -27,8 +30,23 @@ from imle_solvers.training import (
 )
 from imle_solvers.training.methods import MethodOptions, scale_grad
 from imle_solvers.training.models import ResNetStemCNN, TerrainCNN, linear_model
+from imle_solvers.training.plan import Schedule
+from imle_solvers.training.problems import Problem
 from tests.support.oracles import EnumOracle
 from tests.support.paths import ROOT
+from tests.support.training import plan_of, problem_of
+
+
+def sp_plan(**fields: object) -> TrainPlan:
+    """The plan of the shortest-path problem with these settings."""
+    return plan_of(problem="shortest-path", **fields)
+
+
+def linear(train: PTODataset, test: PTODataset, oracle: MapOracle | None = None) -> Problem:
+    """``train`` and ``test`` (5 features, 40 arcs) as a problem of the linear model."""
+    return Problem(
+        train, test, lambda: linear_model(5, 40), oracle or train.oracle, oracle or test.oracle, {}
+    )
 
 
 def close(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -61,18 +79,8 @@ def test_short_training_run_reduces_regret(data: tuple, seed: int) -> None:
     torch.manual_seed(seed)
     model = linear_model(5, 40)
     before = evaluate(model, test)["regret"]
-    out = train_model(
-        model,
-        "imle-mumu",
-        train,
-        test,
-        epochs=4,
-        batch_size=16,
-        lr=0.05,
-        seed=seed,
-        method_options={"samples": 5},
-        show_progress=False,
-    )
+    plan = sp_plan(epochs=4, batch_size=16, lr=0.05, samples=5)
+    out = train_model(plan, linear(train, test), "imle-mumu", seed, model=model)
     assert out.curve[0] == pytest.approx(before)
     assert len(out.curve) == 5 and len(out.epoch_times) == 4 and len(out.train_loss) == 4
     # checked over seeds 0-9: untrained 0.23-0.31, after 4 epochs 0.13-0.18, a ratio of 0.51-0.68
@@ -300,7 +308,7 @@ def test_config_checks_the_python_api_too() -> None:
     with pytest.raises(ConfigError, match="epochs must be a positive integer, got 0"):
         TrainConfig(epochs=0)
     with pytest.raises(ConfigError, match="problem must be one of"):
-        TrainConfig(problem="tsp")
+        TrainConfig(problem="portfolio")  # PyEPO has it; we do not (yet)
     with pytest.raises(ConfigError, match=r"lr_drops must be a positive integer, got -1"):
         TrainConfig(lr_drops=(30, -1))
     with pytest.raises(ConfigError, match=r"epochs must be an integer, got '3'"):
@@ -321,23 +329,29 @@ def test_config_checks_the_python_api_too() -> None:
 
 
 def test_schedules_and_defaults_resolve_without_substitution() -> None:
-    paper = TrainConfig(problem="terrain", schedule="paper").resolved()
-    assert (paper.epochs, paper.batch_size, paper.lr, paper.lr_drops) == (50, 70, 5e-4, (30, 40))
-    assert (paper.n_train, paper.model, paper.samples, paper.bb_loss) == (10_000, "terrain-cnn", 1, "hamming")
-    mine = TrainConfig(
-        problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,), model="resnet-stem"
-    ).resolved()
-    assert (mine.epochs, mine.batch_size, mine.lr, mine.lr_drops, mine.model) == (
-        3,
-        70,
-        1e-3,
-        (1,),
-        "resnet-stem",
+    paper = plan_of(problem="terrain", schedule="paper")
+    assert paper.schedule == Schedule(name="paper", epochs=50, batch_size=70, lr=5e-4, lr_drops=(30, 40))
+    assert (paper.data.n_train, paper.model, paper.options.samples, paper.options.bb_loss) == (
+        10_000,
+        "terrain-cnn",
+        1,
+        "hamming",
     )
-    sp = TrainConfig().resolved()
-    assert (sp.epochs, sp.batch_size, sp.lr, sp.lr_drops) == (10, 32, 1e-2, ())
-    assert (sp.n_train, sp.n_test, sp.samples, sp.model, sp.bb_loss) == (1000, 1000, 10, "linear", "regret")
-    assert sp.resolved() == sp and TrainConfig(lr_drops=()).resolved().lr_drops == ()  # explicit: no drops
+    mine = plan_of(problem="terrain", schedule="paper", epochs=3, lr=1e-3, lr_drops=(1,), model="resnet-stem")
+    assert mine.schedule == Schedule(name="paper", epochs=3, batch_size=70, lr=1e-3, lr_drops=(1,))
+    assert mine.model == "resnet-stem"
+    sp = plan_of()
+    assert sp.schedule == Schedule(name="constant", epochs=10, batch_size=32, lr=1e-2, lr_drops=())
+    assert (sp.data.n_train, sp.data.n_test, sp.options.samples, sp.model, sp.options.bb_loss) == (
+        1000,
+        1000,
+        10,
+        "linear",
+        "regret",
+    )
+    assert plan_of(lr_drops=()).schedule.lr_drops == ()  # explicit: no drops
+    config = TrainConfig()
+    assert config.plan() is config.plan()  # resolved once
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     from imle_solvers.app.machine import resolve_device
 
@@ -370,18 +384,8 @@ def test_train_model_moves_model_data_and_layers_to_the_device(data: tuple) -> N
     train, test = data
     torch.manual_seed(0)
     model = linear_model(5, 40)
-    out = train_model(
-        model,
-        "aimle",
-        train.to("cpu"),
-        test,
-        epochs=1,
-        batch_size=32,
-        seed=0,
-        device="cpu",
-        method_options={"samples": 2},
-        show_progress=False,
-    )
+    plan = sp_plan(epochs=1, batch_size=32, samples=2, device="cpu")
+    out = train_model(plan, linear(train.to("cpu"), test), "aimle", 0, model=model)
     assert out.epoch_times[0] > 0 and np.isfinite(out.regret)
     assert train.to("cpu") is train  # already there: no copy
 
@@ -413,28 +417,27 @@ def test_terrain_picks_the_device_native_oracle(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
     monkeypatch.setattr(adapters, "TorchGridShortestPath", _stand_in_torch_grid(), raising=False)
-    prob = make_problem("terrain", 12, 6, 0, size=4, model="resnet-stem", oracle="device")
-    assert isinstance(prob.train_oracle, TorchOracle) and isinstance(prob.eval_oracle, TorchOracle)
-    assert prob.train.features.dtype == torch.uint8
-    torch.manual_seed(0)
-    out = train_model(
-        prob.model(),
-        "imle-mumu",
-        prob.train,
-        prob.test,
+    plan = plan_of(
+        problem="terrain",
+        n_train=12,
+        n_test=6,
+        size=4,
+        model="resnet-stem",
+        oracle="device",
         epochs=1,
         batch_size=6,
         lr=1e-3,
-        train_oracle=prob.train_oracle,
-        eval_oracle=prob.eval_oracle,
-        device="cpu",
-        method_options={"samples": 1},
-        show_progress=False,
+        samples=1,
     )
+    prob = make_problem(plan, 0)
+    assert isinstance(prob.train_oracle, TorchOracle) and isinstance(prob.eval_oracle, TorchOracle)
+    assert prob.train.features.dtype == torch.uint8
+    torch.manual_seed(0)
+    out = train_model(plan, prob, "imle-mumu", 0)
     assert prob.train_oracle.oracle is prob.eval_oracle  # type: ignore[attr-defined]
     assert prob.eval_oracle.calls == 2 + 2 * 2  # type: ignore[attr-defined]   # 2 evaluations, 2 batches × 2
     assert np.isfinite(out.regret)
-    host = make_problem("terrain", 12, 6, 0, size=4, oracle="auto", device="cpu")  # auto on the CPU: host
+    host = problem_of("terrain", 12, 6, 0, size=4, oracle="auto", device="cpu", batch_size=6)  # CPU: host
     assert "GridShortestPath" in repr(host.eval_oracle) and not isinstance(host.eval_oracle, TorchOracle)
 
 
@@ -443,8 +446,8 @@ def test_missing_device_native_oracle(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(problems, "_torch_grid", lambda size: None)  # as on a branch without it
     with pytest.raises(ValueError, match="no device-native oracle"):
-        make_problem("terrain", 4, 2, 0, size=3, oracle="device")
-    prob = make_problem("terrain", 4, 2, 0, size=3, oracle="auto", device="meta")  # falls back to the host
+        problem_of("terrain", 4, 2, 0, size=3, oracle="device", batch_size=2)
+    prob = problem_of("terrain", 4, 2, 0, size=3, oracle="host", batch_size=2)  # the host one is there
     assert "ClampedCosts(GridShortestPath" in repr(prob.train_oracle)
 
 
@@ -453,14 +456,14 @@ def test_knapsack_uses_the_device_native_oracle_unless_the_host_is_asked_for() -
     from imle_solvers.adapters import TorchKnapsack
 
     for choice in ("device", "auto"):
-        prob = make_problem("knapsack", 4, 2, 0, oracle=choice)
+        prob = problem_of("knapsack", 4, 2, 0, oracle=choice, batch_size=2)
         assert isinstance(prob.train_oracle, TorchKnapsack) and prob.eval_oracle is prob.train_oracle
         assert prob.train_oracle.expected_nonzeros == prob.train.oracle.expected_nonzeros  # κ carried over
     pytest.importorskip("ortools")
-    host = make_problem("knapsack", 4, 2, 0, oracle="host")
+    host = problem_of("knapsack", 4, 2, 0, oracle="host", batch_size=2)
     assert not isinstance(host.train_oracle, TorchOracle)
     # equally good decisions either way (integer values tie often: compare objectives)
-    native = make_problem("knapsack", 4, 2, 0, oracle="device")
+    native = problem_of("knapsack", 4, 2, 0, oracle="device", batch_size=2)
     values = native.train.costs.double().numpy()
     np.testing.assert_allclose(
         (native.train_oracle.solve_batch(values) * values).sum(1),
@@ -629,7 +632,7 @@ def test_short_terrain_run_on_cuda(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         )
         for r in results:
             assert r.device.startswith("cuda") and np.isfinite(r.regret) and len(r.curve) == 3
-    prob = make_problem("terrain", 8, 4, 0, size=12, device="cuda", oracle="auto")
+    prob = problem_of("terrain", 8, 4, 0, size=12, device="cuda", oracle="auto", batch_size=4)
     print("terrain oracle on cuda:", prob.train_oracle)
 
 
@@ -757,6 +760,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     pinned |= {"noise_width": 0.5, "size": 12, "noise": "sog", "tau": 1.0, "lam": 10.0, "workers": 0}
     pinned |= {"threads": 1, "device": "cpu", "oracle": "auto", "compile": "auto", "amp": "auto"}
     pinned |= {"channels_last": "auto", "cache": True, "show_progress": True, "dist_timeout": 300.0}
+    pinned |= {"nodes": 20, "solve_ratio": 1.0}  # PyEPO's TSP size; every training row solved
     assert {name: getattr(config, name) for name in pinned} == pinned
     per_problem = (
         "epochs",
@@ -772,11 +776,13 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     assert all(getattr(config, name) is None for name in per_problem)  # the problem's, below
     pyepo = {"lr": 0.01, "batch_size": 32, "epochs": 10, "samples": 10, "n_train": 1000, "n_test": 1000}
     pyepo |= {"model": "linear", "bb_loss": "regret", "eval_batch": 1000, "dpo_samples": None}
+    pyepo |= {"native_on_cpu": True}  # their device-native oracles are their fastest on the CPU too
     images = {"lr": 5e-4, "epochs": 10, "samples": 1, "n_train": 10_000, "n_test": 1000, "eval_batch": 250}
     images |= {"bb_loss": "hamming", "dpo_samples": 10}
     assert DEFAULTS == {
         "shortest-path": pyepo,
         "knapsack": pyepo,
+        "tsp": pyepo | {"native_on_cpu": False, "native_oracle": False},  # no device-native TSP oracle
         "terrain": images | {"batch_size": 35, "model": "terrain-cnn"},  # the blackbox paper's 12 × 12 runs
         "warcraft": images | {"batch_size": 70, "epochs": 50, "model": "resnet-stem"},  # the I-MLE paper's
     }
@@ -799,15 +805,19 @@ def test_device_native_oracles_are_asked_for_off_the_cpu_or_by_name(
 ) -> None:
     from imle_solvers.training.problems import ProblemSpec
 
-    spec = ProblemSpec(n_train=1, n_test=1, seed=0, device=device, oracle=oracle)
+    spec = ProblemSpec(n_train=1, n_test=1, seed=0, device=torch.device(device), oracle=oracle)
     assert spec.native is native  # a ProblemSpec builds nothing: no CUDA needed to ask
 
 
 def test_problem_factories_refuse_a_model_of_another_problem() -> None:
-    # the library entry point checks as the command line does
+    # the configuration refuses it (as the command line does), and the factories themselves
+    from imle_solvers.training.problems import PROBLEMS, ProblemSpec
+
     for name in ("shortest-path", "knapsack"):
+        with pytest.raises(ConfigError, match=f"model 'terrain-cnn' does not fit problem {name!r}"):
+            TrainConfig(problem=name, model="terrain-cnn")
         with pytest.raises(ValueError, match=f"problem {name!r} uses the linear model"):
-            make_problem(name, 4, 4, 0, model="terrain-cnn")
+            PROBLEMS[name](ProblemSpec(n_train=4, n_test=4, seed=0, model="terrain-cnn"))
 
 
 def test_warcraft_paths_set_the_noise_kappa_of_every_oracle() -> None:
@@ -815,7 +825,7 @@ def test_warcraft_paths_set_the_noise_kappa_of_every_oracle() -> None:
     # training layers' clamped oracle and on evaluation's (generated maps here)
     from imle_solvers.adapters.graphs import GridShortestPath
 
-    problem = make_problem("warcraft", 12, 4, 0, size=6)
+    problem = problem_of("warcraft", 12, 4, 0, size=6, batch_size=4)
     kappa = float(problem.train.solutions.sum(-1).mean())
     assert kappa != GridShortestPath(6, 6).expected_nonzeros  # not the oracle's own guess
     assert problem.train_oracle.expected_nonzeros == pytest.approx(kappa)
@@ -870,8 +880,8 @@ def test_a_time_limit_stops_after_the_epoch_that_passes_it_in_total(
     monkeypatch.setattr(loop, "_train_epoch", epoch)
     monkeypatch.setattr(loop.time, "perf_counter", lambda: clock[0])
     train, test = data
-    kwargs = {"epochs": 6, "batch_size": 48, "seed": 0, "show_progress": False}
-    out = train_model(linear_model(5, 40), "two-stage", train, test, time_limit=2.5, **kwargs)
+    plan = sp_plan(epochs=6, batch_size=48)
+    out = train_model(plan, linear(train, test), "two-stage", 0, time_limit=2.5)
     assert out.epoch_times == [1.0, 1.0, 1.0] and len(out.curve) == 4  # 1 + 1 + 1 ≥ 2.5 s
 
 
@@ -881,7 +891,9 @@ def test_the_training_loss_is_the_epochs_mean_over_instances(data: tuple) -> Non
     model = linear_model(5, 40)
     before = [p.detach().clone() for p in model.parameters()]
     # a learning rate of 1e-12 leaves the model as it was: the epoch's loss is that of the initial model
-    out = train_model(model, "two-stage", train, test, epochs=1, batch_size=32, lr=1e-12, show_progress=False)
+    out = train_model(
+        sp_plan(epochs=1, batch_size=32, lr=1e-12), linear(train, test), "two-stage", 0, model=model
+    )
     assert all(torch.allclose(a, b) for a, b in zip(before, model.parameters()))
     batch = (train.features, train.costs, train.solutions, train.objectives)
     with torch.no_grad():
@@ -898,8 +910,8 @@ def test_the_seed_fixes_the_noise_and_the_batch_order(data: tuple) -> None:
         model = linear_model(5, 40)
         model.load_state_dict(initial)
         torch.manual_seed(global_seed)  # what ran before must not matter
-        kwargs = {"epochs": 1, "batch_size": 16, "seed": seed, "show_progress": False}
-        return train_model(model, method, train, test, method_options={"samples": 2}, **kwargs).train_loss
+        plan = sp_plan(epochs=1, batch_size=16, samples=2)
+        return train_model(plan, linear(train, test), method, seed, model=model).train_loss
 
     assert trained("imle-mumu", 3, 0) == trained("imle-mumu", 3, 99)  # the noise follows `seed` only
     assert trained("two-stage", 3, 0) != trained("two-stage", 4, 0)  # no noise: the batch order differs
@@ -918,17 +930,7 @@ def test_the_pool_reaches_the_methods_layers(data: tuple) -> None:
             return oracle.solve_batch(weights)
 
     pool = Counting()
-    kwargs = {"epochs": 1, "batch_size": 48, "seed": 0, "show_progress": False}
-    train_model(
-        linear_model(5, 40),
-        "imle-mumu",
-        train,
-        test,
-        pool=pool,
-        train_oracle=oracle,
-        eval_oracle=oracle,
-        **kwargs,
-    )
+    train_model(sp_plan(epochs=1, batch_size=48), linear(train, test, oracle), "imle-mumu", 0, pool=pool)
     assert len(pool.calls) > 2  # two evaluations and the layers' solves
     assert pool.calls == oracle.batch_calls  # every solve, training and evaluation, went through the pool
 
@@ -945,16 +947,17 @@ def test_run_hands_every_setting_to_training(noise: str, monkeypatch: pytest.Mon
     seen: list[dict] = []
     real = runner.train_model
 
-    def recording(*args: object, **kwargs: object) -> object:
-        seen.append(kwargs)
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def recording(plan: object, *args: object, **kwargs: object) -> object:
+        seen.append(plan)
+        return real(plan, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(runner, "train_model", recording)
     config = TrainConfig(methods=("dpo",), epochs=2, lr_drops=(1,), n_train=16, n_test=8, samples=2, tau=2.5)
     run(config.replace(lam=3.0, noise=noise, batch_size=8, lr=0.05, show_progress=False))
-    (kwargs,) = seen
-    options = kwargs["method_options"]
+    (plan,) = seen
+    options = plan.options  # type: ignore[attr-defined]
     assert isinstance(options.noise, SumOfGamma if noise == "sog" else Gumbel) and options.noise.tau == 2.5
     assert (options.samples, options.lam, options.dpo_samples) == (2, 3.0, 3)
-    assert (kwargs["epochs"], kwargs["batch_size"], kwargs["lr"]) == (2, 8, 0.05)
-    assert (kwargs["lr_milestones"], kwargs["eval_batch"]) == ((1,), 7)
+    schedule = plan.schedule  # type: ignore[attr-defined]
+    assert (schedule.epochs, schedule.batch_size, schedule.lr, schedule.lr_drops) == (2, 8, 0.05, (1,))
+    assert plan.eval_batch == 7  # type: ignore[attr-defined]

@@ -10,11 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from imle_solvers import SumOfGamma
 from imle_solvers.data.warcraft import inspect_warcraft, warcraft_folder, warcraft_maps
 from imle_solvers.errors import ConfigError, DataError
-from imle_solvers.training import TrainConfig, main, make_problem
+from imle_solvers.training import TrainConfig, main
+from tests.support.training import plan_of, problem_of
 from tests.support.warcraft import COUNTS, write_warcraft
 
 
@@ -93,13 +96,41 @@ def _objects(folder: Path) -> None:
     np.save(folder / "train_shortest_paths.npy", np.empty((28, 4, 4), dtype=object), allow_pickle=True)
 
 
-def _cell(kind: str, rows: list[int], value: float, cell: int = 5) -> Callable[[Path], None]:
+def _cell(
+    kind: str, rows: list[int], value: float, cell: int = 5, dtype: type = np.float32
+) -> Callable[[Path], None]:
     def change(array: np.ndarray) -> np.ndarray:
-        array = array.astype(np.float32)
+        array = array.astype(dtype)
         array.reshape(len(array), -1)[rows, cell] = value
         return array
 
     return _rewrite(kind, change)
+
+
+def _paths(rows: list[int], change: Callable[[np.ndarray], np.ndarray]) -> Callable[[Path], None]:
+    def apply(array: np.ndarray) -> np.ndarray:
+        array = array.copy()
+        for r in rows:
+            array[r] = change(array[r])
+        return array
+
+    return _rewrite("shortest_paths", apply)
+
+
+def _corners_only(path: np.ndarray) -> np.ndarray:
+    only = np.zeros_like(path)
+    only[0, 0] = only[-1, -1] = 1
+    return only
+
+
+def _with_extra_cell(path: np.ndarray) -> np.ndarray:
+    """The path and one more cell: beside it (a shortcut or a branch) or apart (a second piece)."""
+    extra = path.copy()
+    extra.reshape(-1)[np.flatnonzero(path.reshape(-1) == 0)[0]] = 1
+    return extra
+
+
+PATH = "paths from the top-left to the bottom-right cell (8-neighbour steps, each cell once, no shortcut)"
 
 
 HEADER_DEFECTS = [
@@ -138,6 +169,16 @@ VALUE_DEFECTS = [
     (_cell("vertex_weights", [2], -0.5), "have negative weights (instance 2)"),
     (_cell("vertex_weights", [0, 27], float("nan")), "have NaN or infinite weights (instances 0, 27)"),
     (_cell("vertex_weights", [6], float("inf")), "have NaN or infinite weights (instance 6)"),
+    # float64 weights are checked before the cast to float32: -1e-50 would become -0.0, 1e300 +inf
+    (_cell("vertex_weights", [8], -1e-50, dtype=np.float64), "have negative weights (instance 8)"),
+    (
+        _cell("vertex_weights", [9, 11], 1e300, dtype=np.float64),
+        "2 map(s) have weights beyond float32's range (at most 3.403e+38) (instances 9, 11)",
+    ),
+    (_cell("vertex_weights", [3], 1e39, dtype=np.float64), "have weights beyond float32's range"),
+    (_paths([2], lambda z: np.ones_like(z)), f"are not {PATH} (instance 2)"),  # every cell
+    (_paths([7], _corners_only), "are not paths from the top-left to the bottom-right cell"),
+    (_paths([0, 5], _with_extra_cell), "2 map(s) are not paths from the top-left"),  # a shortcut or a piece
 ]
 
 
@@ -177,7 +218,10 @@ def test_arguments_of_the_loader(published: Path, tmp_path: Path) -> None:
 # --- train --problem warcraft -----------------------------------------------------------------------------
 
 
-TINY = ["--problem", "warcraft", "--size", "4", "--n-train", "28", "--n-test", "14", "--model", "terrain-cnn"]
+TINY = [
+    *("--problem", "warcraft", "--size", "4", "--n-train", "28", "--n-test", "14", "--model", "terrain-cnn"),
+    *("--batch-size", "7"),
+]
 
 
 def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -205,12 +249,12 @@ def test_train_reads_the_published_files(
     assert run["problem"] == "warcraft" and 0.0 <= run["accuracy"] <= 1.0 and np.isfinite(run["regret"])
     assert len(run["accuracy_curve"]) == len(run["eval_times"]) == 3 and run["step"] == "off"
     # the same files through the Python API, with the oracle's κ = the training paths' mean length
-    prob = make_problem("warcraft", 28, 14, 0, size=4, data=str(published))
+    prob = problem_of("warcraft", 28, 14, 0, size=4, data=str(published), batch_size=7)
     lengths = np.load(published / "4x4" / "train_shortest_paths.npy").reshape(28, -1).sum(1)
     for oracle in (prob.train_oracle, prob.eval_oracle):
         assert oracle.expected_nonzeros == pytest.approx(lengths.mean())
     assert SumOfGamma().resolve(prob.train_oracle).k == pytest.approx(lengths.mean())
-    native = make_problem("warcraft", 28, 14, 0, size=4, data=str(published), oracle="device")
+    native = problem_of("warcraft", 28, 14, 0, size=4, data=str(published), oracle="device", batch_size=7)
     assert "TorchGridShortestPath" in repr(native.train_oracle)  # the device-native oracles too
     for oracle in (native.train_oracle, native.eval_oracle):
         assert oracle.expected_nonzeros == pytest.approx(lengths.mean())
@@ -218,15 +262,15 @@ def test_train_reads_the_published_files(
 
 def test_without_data_the_generated_maps(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("IMLE_SOLVERS_CACHE", str(tmp_path))
-    warcraft = make_problem("warcraft", 12, 4, 5, size=4, model="resnet-stem")
-    terrain = make_problem("terrain", 12, 4, 5, size=4, model="resnet-stem")
+    warcraft = problem_of("warcraft", 12, 4, 5, size=4, model="resnet-stem", batch_size=4)
+    terrain = problem_of("terrain", 12, 4, 5, size=4, model="resnet-stem", batch_size=4)
     assert torch.equal(warcraft.train.features, terrain.train.features)
     assert torch.equal(warcraft.test.costs, terrain.test.costs)
     mean_path = float(warcraft.train.solutions.sum(1).mean())
     assert warcraft.train_oracle.expected_nonzeros == pytest.approx(mean_path) != 4.0  # κ, not K
     assert terrain.train_oracle.expected_nonzeros == 4.0
-    with pytest.raises(ValueError, match="uses terrain-cnn or resnet-stem, got model 'linear'"):
-        make_problem("warcraft", 4, 4, 0, size=4, model="linear")
+    with pytest.raises(ConfigError, match="model 'linear' does not fit problem 'warcraft'"):
+        problem_of("warcraft", 4, 4, 0, size=4, model="linear")
 
 
 def test_bad_files_stop_the_command_before_training(
@@ -267,9 +311,9 @@ def test_bad_files_stop_the_command_before_training(
         ([*TINY, "--data", ""], "--data: must be a folder, got ''"),
         (
             [*TINY, "--compile", "graph", "--oracle", "host"],
-            "--compile: graph records the step on the device",
+            "--compile: graph records the training step as a CUDA graph, but ",
         ),
-        ([*TINY, "--compile", "model+graph", "--workers", "2"], "needs device-native oracles"),
+        ([*TINY, "--compile", "model+graph", "--workers", "2"], "model+graph records the training step"),
     ],
 )
 def test_bad_options_of_the_warcraft_problem(
@@ -293,55 +337,77 @@ def test_graph_needs_cuda(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Captur
         with pytest.raises(SystemExit) as exc:
             main([*TINY, "--compile", "graph", "--device", device, "--quiet"])
         assert exc.value.code == 2
-        assert f"--compile: graph records CUDA graphs: it needs a CUDA device, got --device {device}" in (
-            capsys.readouterr().err
+        assert (
+            "--compile: graph records the training step as a CUDA graph, but it needs a CUDA device, got cpu"
+            in (capsys.readouterr().err)
         )
-    with pytest.raises(ConfigError, match="compile graph records CUDA graphs"):
+    with pytest.raises(ConfigError, match="compile graph records the training step as a CUDA graph"):
         TrainConfig(problem="warcraft", compile="graph").preflight()
 
 
 def test_warcraft_defaults_are_the_papers_protocol() -> None:
-    paper = TrainConfig(problem="warcraft").resolved()
-    assert (paper.schedule, paper.epochs, paper.batch_size, paper.lr, paper.lr_drops) == (
-        "paper",
-        50,
-        70,
-        5e-4,
-        (30, 40),
-    )
-    assert (paper.model, paper.n_train, paper.n_test, paper.samples, paper.size) == (
+    paper = plan_of(problem="warcraft")
+    assert paper.schedule.name == "paper"
+    assert (paper.schedule.epochs, paper.schedule.batch_size, paper.schedule.lr) == (50, 70, 5e-4)
+    assert paper.schedule.lr_drops == (30, 40) and paper.options.samples == 1
+    assert (paper.model, paper.data.n_train, paper.data.n_test, paper.data.size) == (
         "resnet-stem",
         10_000,
         1000,
-        1,
         12,
     )
-    assert TrainConfig(problem="warcraft", schedule="constant").resolved().lr_drops == ()
-    assert TrainConfig(problem="terrain").resolved().schedule == "constant"
-    assert TrainConfig(problem="warcraft", epochs=3, lr_drops=(1,)).resolved().lr_drops == (1,)
+    assert plan_of(problem="warcraft", schedule="constant").schedule.lr_drops == ()
+    assert plan_of(problem="terrain").schedule.name == "constant"
+    assert plan_of(problem="warcraft", epochs=3, lr_drops=(1,)).schedule.lr_drops == (1,)
 
 
-def test_the_auto_rules_of_compile_amp_and_channels_last(monkeypatch: pytest.MonkeyPatch) -> None:
-    import imle_solvers.training.config as config
+def test_data_counts_default_to_what_the_files_hold(
+    published: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = plan_of(problem="warcraft", size=4, data=str(published), batch_size=7)
+    assert (plan.data.n_train, plan.data.n_test) == (COUNTS["train"], COUNTS["test"])  # 28 and 14
+    assert plan.record["n_train"] == 28 and plan.record["n_test"] == 14
+    assert (
+        plan_of(problem="warcraft", size=4, data=str(published), n_train=10, batch_size=7).data.n_train
+    ) == 10
+    # the validation split is not used: a folder without it trains as well
+    bare = tmp_path / "bare"
+    write_warcraft(bare, 4)
+    for kind in ("maps", "shortest_paths", "vertex_weights"):
+        (bare / "4x4" / f"val_{kind}.npy").unlink()
+    _no_training(monkeypatch)
+    assert plan_of(problem="warcraft", size=4, data=str(bare), batch_size=7).data.n_train == 28
+    with pytest.warns(RuntimeWarning, match="batch size 70 is larger than the 28 training instances"):
+        plan_of(problem="warcraft", size=4, data=str(published))  # the paper's batch of 70
 
-    def settings(**fields: object) -> tuple[str, str, str]:
-        used = TrainConfig(**fields).resolved()  # type: ignore[arg-type]
-        return used.compile, used.amp, used.channels_last
 
-    monkeypatch.setattr(config, "resolve_device", lambda name: torch.device("cpu"))
-    assert settings(problem="warcraft") == ("off", "off", "off")  # the CPU: eager float32
-    monkeypatch.setattr(config, "resolve_device", lambda name: torch.device("cuda"))
-    monkeypatch.setattr(config, "_bf16_supported", lambda: True)
-    assert settings(problem="warcraft") == ("off", "bf16", "on")  # the recorded step is opt-in
-    assert settings(problem="terrain", model="terrain-cnn") == ("off", "bf16", "on")
-    assert settings(problem="warcraft", compile="graph") == ("graph", "bf16", "on")
-    assert settings(problem="warcraft", oracle="host") == ("off", "bf16", "on")  # host solves: no graph
-    assert settings(problem="warcraft", workers=2) == ("off", "bf16", "on")
-    assert settings(problem="shortest-path") == ("off", "off", "off")  # the linear model
-    assert settings(problem="warcraft", compile="model", amp="off", channels_last="off") == (
-        "model",
-        "off",
-        "off",
-    )
-    monkeypatch.setattr(config, "_bf16_supported", lambda: False)
-    assert settings(problem="warcraft") == ("off", "off", "on")
+@settings(max_examples=60)
+@given(
+    size=st.integers(2, 7),
+    seed=st.integers(0, 2**16),
+    pick=st.integers(0, 10**6),
+)
+def test_optimal_paths_are_paths_and_one_cell_more_or_less_is_not(size: int, seed: int, pick: int) -> None:
+    from imle_solvers.adapters.graphs import GridShortestPath
+    from imle_solvers.data.warcraft import _corner_to_corner
+
+    weights = np.random.default_rng(seed).uniform(0.5, 10.0, size * size)  # positive: no shortcut is free
+    path = GridShortestPath(size, size).solve(weights).reshape(size, size).astype(bool)
+    assert _corner_to_corner(path[None]).tolist() == [True]
+    off, on = np.flatnonzero(~path.reshape(-1)), np.flatnonzero(path.reshape(-1))
+    variants = []
+    if off.size:  # one more cell: a shortcut beside the path, or a second piece
+        more = path.copy()
+        more.reshape(-1)[off[pick % off.size]] = True
+        variants.append(more)
+    inner = on[(on != 0) & (on != size * size - 1)]
+    if inner.size:  # one cell less: the path breaks (it had no shortcut to keep it whole)
+        less = path.copy()
+        less.reshape(-1)[inner[pick % inner.size]] = False
+        variants.append(less)
+    full = np.ones_like(path)
+    if size > 2:
+        variants.append(full)
+    assert not _corner_to_corner(np.stack(variants)).any() if variants else True
+    both = np.stack([path, *variants])  # judged map by map, in one call
+    assert _corner_to_corner(both).tolist() == [True] + [False] * len(variants)

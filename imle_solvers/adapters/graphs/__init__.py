@@ -20,7 +20,10 @@ MAP state of the *costs*, ``θ = −c``).
   device (SciPy's states, ties included);
 * [`SpanningTree`][imle_solvers.SpanningTree] — minimum / maximum spanning tree or forest;
 * [`TorchSpanningTree`][imle_solvers.TorchSpanningTree] — the same forest, batched on the weights'
-  device.
+  device;
+* [`TravellingSalesperson`][imle_solvers.TravellingSalesperson] — a shortest tour of a complete graph
+  (``sense="min"``), on CP-SAT's circuit constraint or declared as an [`ILP`][imle_solvers.ILP] on
+  HiGHS/CBC.
 
 Every oracle is picklable (a process pool ships it to its workers); per-thread scratch objects
 (SciPy matrices, NetworkX graphs) are rebuilt on first use in each thread and never pickled.
@@ -29,7 +32,7 @@ NetworkX (extra ``graphs``) is imported when a NetworkX graph is first read, thr
 
 One module per problem: ``shortest_path.py`` (any graph), ``dag.py`` (DAGs, on the device), ``grid.py``
 and ``torch_grid.py`` (the grid on the host and on the device), ``matching.py`` and ``spanning_tree.py``
-(host and device side by side; the CUDA assignment kernel in ``_lsap_triton.py``).
+(host and device side by side; the CUDA assignment kernel in ``_lsap_triton.py``), ``tsp.py`` (tours).
 ``_levels.py`` holds the one dynamic programme of every DAG path (``ShortestPath`` on a DAG and
 ``DAGShortestPath``); ``_common.py`` the shared plumbing.
 """
@@ -42,6 +45,7 @@ from .matching import Matching, TorchMatching
 from .shortest_path import ShortestPath
 from .spanning_tree import SpanningTree, TorchSpanningTree
 from .torch_grid import TorchGridShortestPath
+from .tsp import TravellingSalesperson
 
 __all__ = [
     "DAGShortestPath",
@@ -52,4 +56,5 @@ __all__ = [
     "TorchGridShortestPath",
     "TorchMatching",
     "TorchSpanningTree",
+    "TravellingSalesperson",
 ]

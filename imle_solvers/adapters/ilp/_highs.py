@@ -156,6 +156,10 @@ class HighsEngine:
         self._run(h, stop)
         status = h.getModelStatus()
         codes = self._status
+        if status == codes.kNotset:  # another HiGHS user of this process (Pyomo's, PyEPO's) started HiGHS's
+            h.resetGlobalScheduler(True)  # shared scheduler with more threads than our 1: restart it, once
+            self._run(h, stop)
+            status = h.getModelStatus()
         if status == codes.kOptimal:
             return Outcome("optimal", h.getSolution().col_value)
         if status == codes.kInfeasible:

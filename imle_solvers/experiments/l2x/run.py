@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..._checks import non_negative_int, positive
-from ...app.config import CommandConfig, count, option
-from ...app.machine import device_name, resolve_device
+from ..._checks import positive
+from ...app.config import RunSettings, count, inherit, option
+from ...app.machine import resolve_device
 from ...app.report import progress
 from ...app.results import Metric, Summary
 from ...app.session import Session
@@ -27,7 +27,7 @@ __all__ = ["SUMMARY", "L2XConfig", "L2XResult", "L2XRun", "header", "run_l2x"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class L2XConfig(CommandConfig):
+class L2XConfig(RunSettings):
     """Settings of [`run_l2x`][imle_solvers.experiments.l2x.run_l2x] and ``imle-solvers l2x``.
 
     Attributes
@@ -89,13 +89,6 @@ class L2XConfig(CommandConfig):
         metavar="NAME",
     )
     ks: tuple[int, ...] = option((5, 10, 15), "subset sizes k", check=count, metavar="K")
-    seeds: tuple[int, ...] = option(
-        (0, 1, 2),
-        "seeds: corpus, initialisation and noise",
-        flags=("--seeds", "--seed"),
-        check=lambda v: non_negative_int("", v),
-        metavar="SEED",
-    )
     n_train: int = option(1000, "training reviews", flags=("--n-train", "--train"), check=count)
     n_val: int = option(250, "validation reviews", flags=("--n-val", "--val"), check=count)
     n_test: int = option(500, "test reviews", flags=("--n-test", "--test"), check=count)
@@ -108,10 +101,8 @@ class L2XConfig(CommandConfig):
     filters: int = option(32, "convolution channels", check=count)
     hidden: int = option(32, "dense width", check=count)
     corpus: CorpusSpec = dataclasses.field(default_factory=CorpusSpec)
-    device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=count)
-    out: str = option(os.path.join("runs", "l2x"), "folder for results.json and results.md", metavar="DIR")
-    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+    seeds: tuple[int, ...] = inherit("seeds", (0, 1, 2))
+    out: str = inherit("out", os.path.join("runs", "l2x"))
 
     @classmethod
     def help_epilog(cls) -> str:

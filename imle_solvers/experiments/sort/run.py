@@ -10,10 +10,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..._checks import non_negative_int
 from ...adapters.graphs.matching import TorchMatching
-from ...app.config import CommandConfig, count, option, positive_number, render
-from ...app.machine import device_name, resolve_device
+from ...app.config import RunSettings, count, inherit, option, positive_number, render
+from ...app.machine import resolve_device
 from ...app.report import progress
 from ...app.session import Session
 from ...errors import ConfigError
@@ -38,7 +37,7 @@ def _default(name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SortConfig(CommandConfig):
+class SortConfig(RunSettings):
     """Settings of [`run_sort`][imle_solvers.experiments.sort.run_sort] and ``imle-solvers sort``;
     ``None`` takes the full experiment's value, or the quick one with ``quick``.
 
@@ -101,14 +100,6 @@ class SortConfig(CommandConfig):
         metavar="NAME",
     )
     ns: tuple[int, ...] = option((3, 5, 9), "numbers per sequence n", check=count, metavar="N")
-    seeds: tuple[int, ...] | None = option(
-        None,
-        "seeds: data split, sequences, initialisation and noise",
-        flags=("--seeds", "--seed"),
-        check=lambda v: non_negative_int("", v),
-        metavar="SEED",
-        default_text=lambda: _default("seeds"),
-    )
     digits: int = option(2, "digits per number", check=count)
     steps: int | None = option(None, "Adam steps", check=count, default_text=lambda: _default("steps"))
     batch_size: int = option(20, "sequences per step", check=count)
@@ -127,10 +118,11 @@ class SortConfig(CommandConfig):
     channels: int = option(8, "channels of the CNN's first convolution", check=count)
     hidden: int = option(64, "width of the CNN's dense layer", check=count)
     quick: bool = option(False, "one seed, few steps, a small test set (seconds)")
-    device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=count)
-    out: str = option(os.path.join("runs", "sort"), "folder for results.json and results.md", metavar="DIR")
-    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+    # None: the full or the quick experiment's seeds (a narrower default than the shared one's type)
+    seeds: tuple[int, ...] | None = inherit(  # type: ignore[assignment]
+        "seeds", None, default_text=lambda: _default("seeds")
+    )
+    out: str = inherit("out", os.path.join("runs", "sort"))
 
     @classmethod
     def help_epilog(cls) -> str:

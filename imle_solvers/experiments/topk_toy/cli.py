@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..._checks import non_negative_int
 from ...app.command import Command
-from ...app.config import CommandConfig, count, option, positive_number, render
+from ...app.config import Progress, Written, count, inherit, option, positive_number, render
 from ...app.session import Session
 from .methods import DEFAULT_METHODS, METHODS
 from .report import ROWS, plot, result_table
@@ -41,7 +41,7 @@ def _default(name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ToyConfig(CommandConfig):
+class ToyConfig(Progress, Written):
     """Settings of ``imle-solvers toy`` (`run` takes it); ``None`` takes the full experiment's value, or
     the quick one with ``quick``. The toy runs on one torch thread (its tensors are tiny: threads only
     add synchronisation), so it has no ``threads`` setting.
@@ -112,12 +112,7 @@ class ToyConfig(CommandConfig):
         default_text=lambda: _default("sfe_lrs"),
     )
     quick: bool = option(False, "a small grid and few runs (seconds)")
-    out: str = option(
-        os.path.join("runs", "topk_toy"),
-        "folder for results.json, results.md and topk_toy.png",
-        metavar="DIR",
-    )
-    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+    out: str = inherit("out", os.path.join("runs", "topk_toy"))
 
     @classmethod
     def help_epilog(cls) -> str:

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
-from ..._checks import non_negative_int, positive
-from ...app.config import CommandConfig, count, option
-from ...app.machine import device_name, resolve_device
+from ..._checks import positive
+from ...app.config import RunSettings, count, inherit, option
+from ...app.machine import resolve_device
 from ...app.report import progress
 from ...app.session import Session
 from ...errors import ConfigError
@@ -26,7 +26,7 @@ __all__ = ["VAEConfig", "VAEResult", "VAERun", "header", "run_vae"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class VAEConfig(CommandConfig):
+class VAEConfig(RunSettings):
     """Settings of [`run_vae`][imle_solvers.experiments.vae.run_vae] and ``imle-solvers vae`` (defaults:
     the paper's, on digits).
 
@@ -75,13 +75,6 @@ class VAEConfig(CommandConfig):
         choices=lambda: tuple(METHODS),
         metavar="NAME",
     )
-    seeds: tuple[int, ...] = option(
-        (0, 1, 2),
-        "one run per seed",
-        flags=("--seeds", "--seed"),
-        check=lambda v: non_negative_int("", v),
-        metavar="SEED",
-    )
     epochs: int = option(30, "epochs (the paper: 100 on MNIST)", check=count)
     batch_size: int = option(100, "images per step", check=count)
     lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
@@ -98,14 +91,8 @@ class VAEConfig(CommandConfig):
     kl: str = option(
         "softmax", "KL term: the paper's softmax marginals or the exact one", choices=("softmax", "exact")
     )
-    device: str = option("cpu", "cpu, cuda, cuda:N or auto (cuda when available)", check=device_name)
-    threads: int = option(1, "torch CPU threads", check=count)
-    out: str = option(
-        os.path.join("runs", "vae"),
-        "folder for results.json, results.md, vae_curves.png and vae_recon.png",
-        metavar="DIR",
-    )
-    show_progress: bool = option(True, "no progress bar", flags=("--no-progress", "--quiet"))
+    seeds: tuple[int, ...] = inherit("seeds", (0, 1, 2))
+    out: str = inherit("out", os.path.join("runs", "vae"))
 
     @classmethod
     def help_epilog(cls) -> str:

@@ -1,0 +1,185 @@
+"""TravellingSalesperson (CP-SAT circuit, ILP flow and MTZ on HiGHS/CBC) against enumeration of every tour."""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from imle_solvers import ILP, TravellingSalesperson
+from imle_solvers.adapters.graphs.tsp import tsp_edges, tsp_ilp
+from imle_solvers.errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning
+from imle_solvers.testing import assert_oracle_contract
+
+pytestmark = pytest.mark.timeout(50)  # solvers in this process: a test that loops fails, not the suite
+
+BACKENDS = [("cpsat", "flow"), ("highs", "flow"), ("highs", "mtz"), ("cbc", "flow")]
+
+
+def all_tours(n: int) -> np.ndarray:
+    """Every tour of the complete graph on n nodes as edge indicators (`tsp_edges` order)   [(n−1)!/2, m]."""
+    index = {e: k for k, e in enumerate(tsp_edges(n))}
+    seen = set()
+    for rest in itertools.permutations(range(1, n)):
+        z = np.zeros(len(index))
+        for a, b in itertools.pairwise((0, *rest, 0)):
+            z[index[min(a, b), max(a, b)]] = 1.0
+        seen.add(tuple(z))
+    return np.array(sorted(seen))
+
+
+def test_all_tours_counts_each_tour_once() -> None:
+    assert [len(all_tours(n)) for n in (3, 4, 5, 6)] == [1, 3, 12, 60]  # (n − 1)! / 2
+    assert (all_tours(6).sum(axis=1) == 6).all()
+
+
+def test_edges_follow_pyepo_and_pdist_order() -> None:
+    assert tsp_edges(4) == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    pts = np.random.default_rng(0).normal(size=(6, 2))
+    from scipy.spatial.distance import pdist
+
+    d = pdist(pts)
+    assert np.allclose(d, [np.linalg.norm(pts[i] - pts[j]) for i, j in tsp_edges(6)])
+
+
+@pytest.mark.parametrize(("backend", "formulation"), BACKENDS)
+@pytest.mark.parametrize("n", [3, 5])
+def test_contract_against_every_tour(backend: str, formulation: str, n: int) -> None:
+    oracle = TravellingSalesperson(n, backend, formulation=formulation)  # type: ignore[arg-type]
+    assert oracle.n_vars == n * (n - 1) // 2 and oracle.expected_nonzeros == n and oracle.sense == "min"
+    assert_oracle_contract(oracle, states=all_tours(n), n_checks=4 if backend == "cbc" else 8, atol=1e-4)
+
+
+def costs(m: int) -> st.SearchStrategy[np.ndarray]:
+    """Integer-valued costs with negatives and ties, or floats."""
+    ints = st.lists(st.integers(-4, 4).map(float), min_size=m, max_size=m)
+    floats = st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=m, max_size=m)
+    return st.one_of(ints, floats).map(lambda xs: np.array(xs, dtype=np.float64))
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[int, np.ndarray]:
+    n = draw(st.integers(3, 7))
+    return n, draw(costs(n * (n - 1) // 2))
+
+
+ORACLES: dict[tuple[str, str, int], TravellingSalesperson] = {}
+
+
+def oracle_for(backend: str, formulation: str, n: int) -> TravellingSalesperson:
+    key = (backend, formulation, n)
+    if key not in ORACLES:  # one model per size, reused across examples as in training
+        ORACLES[key] = TravellingSalesperson(n, backend, formulation=formulation)  # type: ignore[arg-type]
+    return ORACLES[key]
+
+
+TOURS = {n: all_tours(n) for n in range(3, 8)}
+
+
+@settings(max_examples=30)
+@given(instances())
+@pytest.mark.parametrize(("backend", "formulation"), BACKENDS[:3])
+def test_optimal_against_brute_force_up_to_seven_nodes(
+    backend: str, formulation: str, instance: tuple[int, np.ndarray]
+) -> None:
+    n, c = instance
+    oracle = oracle_for(backend, formulation, n)
+    z = oracle.solve(c)
+    tours = TOURS[n]
+    assert (np.abs(tours - z).max(axis=1) == 0).any(), "not a tour"
+    assert len(oracle.tour(z)) == n
+    best = float((tours @ c).min())
+    tol = oracle.objective_tolerance(c) + 1e-9 * max(1.0, float(np.abs(c).sum()))
+    assert float(z @ c) <= best + tol
+
+
+def test_backends_agree_on_pyepo_sized_instances() -> None:
+    """20 nodes (PyEPO's default): CP-SAT's circuit and the flow ILP on HiGHS find tours of equal cost."""
+    rng = np.random.default_rng(3)
+    pts = rng.uniform(-2, 2, size=(20, 2))
+    edges = tsp_edges(20)
+    c = np.array([np.linalg.norm(pts[i] - pts[j]) for i, j in edges]) + rng.uniform(0, 1, len(edges))
+    cp, hi = TravellingSalesperson(20), TravellingSalesperson(20, "highs")
+    for row in (c, c[::-1].copy()):
+        zc, zh = cp.solve(row), hi.solve(row)
+        assert zc.sum() == 20 and zh.sum() == 20
+        assert abs(zc @ row - zh @ row) <= cp.objective_tolerance(row) + 1e-6
+
+
+def test_tsp_ilp_is_an_ilp_with_the_edge_columns() -> None:
+    ilp = tsp_ilp(5, "mtz")
+    assert isinstance(ilp, ILP) and ilp.n_vars == 10 and ilp.expected_nonzeros == 5.0
+    assert ilp.form.n_cols > ilp.n_vars  # arcs and positions are auxiliary columns
+    z = ilp.solve(np.arange(10, dtype=np.float64))
+    assert z.sum() == 5 and set(z.tolist()) <= {0.0, 1.0}
+
+
+def test_tour_order_and_bad_states() -> None:
+    tsp = TravellingSalesperson(5)
+    z = tsp.solve(np.array([1.0, 9, 9, 1, 1, 9, 9, 1, 9, 1]))  # 0-1-2-3-4-0
+    assert tsp.tour(z) == [0, 1, 2, 3, 4]
+    assert tsp.tour(torch.tensor(z, requires_grad=True)) == [0, 1, 2, 3, 4]  # a layer's output
+    with pytest.raises(ValueError, match="exactly two"):
+        tsp.tour(np.zeros(10))
+    two_cycles = np.zeros(15)  # 0-1-2 and 3-4-5 on 6 nodes
+    index = {e: k for k, e in enumerate(tsp_edges(6))}
+    for e in [(0, 1), (1, 2), (0, 2), (3, 4), (4, 5), (3, 5)]:
+        two_cycles[index[e]] = 1
+    with pytest.raises(ValueError, match="not one tour"):
+        TravellingSalesperson(6).tour(two_cycles)
+    with pytest.raises(ValueError, match="entries"):
+        tsp.tour(np.zeros(3))
+
+
+def test_bad_arguments_and_weights() -> None:
+    with pytest.raises(ValueError, match="n_nodes"):
+        TravellingSalesperson(2)
+    with pytest.raises(ValueError, match="backend"):
+        TravellingSalesperson(4, "gurobi")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="formulation"):
+        TravellingSalesperson(4, "highs", formulation="dfj")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="time_limit"):
+        TravellingSalesperson(4, time_limit=0)
+    with pytest.raises(ValueError, match="backend"):
+        tsp_ilp(4, backend="cpsat")  # type: ignore[arg-type]
+    tsp = TravellingSalesperson(4)
+    bad = np.ones((3, 6))
+    bad[2, 1] = np.inf
+    with pytest.raises(InvalidWeightsError) as info:
+        tsp.solve_batch(bad)
+    assert info.value.rows == (2,)
+    with pytest.raises(InvalidWeightsError):
+        tsp.solve(np.ones(5))
+
+
+def test_time_limit_is_honoured() -> None:
+    """A time limit too short to prove a 40-node tour: a tour with a warning, or a timeout; strict raises."""
+    rng = np.random.default_rng(0)
+    c = rng.uniform(0, 1, 40 * 39 // 2)
+    tsp = TravellingSalesperson(40, time_limit=0.01)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            z = tsp.solve(c)
+        except SolverTimeoutError:
+            pass  # no tour within the limit at all
+        else:
+            assert z.sum() == 40
+            assert any(issubclass(w.category, UnprovenSolutionWarning) for w in seen)
+    with pytest.raises(SolverTimeoutError):
+        TravellingSalesperson(40, time_limit=0.01, strict=True).solve(c)
+
+
+def test_pickles_and_keeps_its_states() -> None:
+    tsp = TravellingSalesperson(6)
+    c = np.random.default_rng(1).normal(size=(4, 15))
+    before = tsp.solve_batch(c)
+    copy = pickle.loads(pickle.dumps(tsp))
+    assert np.array_equal(copy.solve_batch(c), before)
+    assert "n_nodes=6" in repr(copy)
