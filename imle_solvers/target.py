@@ -309,7 +309,7 @@ class AutoTarget(TargetDistribution):
 
     ```text
     in general:            ∇θ L ≈ Σ_s [MAP(θ + a·u·g_s + ε_s) − MAP(θ − a·u·g_s + ε_s)] / (2u)
-    linear in z (S ≥ 2):   ∇θ L ≈ Σ_s [MAP(θ + u·g_s + ε_s)   − MAP(θ − b·u·g_s + ε_s)] / u
+    linear in z:           ∇θ L ≈ Σ_s [MAP(θ + u·g_s + ε_s)   − MAP(θ − b·u·g_s + ε_s)] / u
     ```
 
     The differences are those of eq. 7, not divided by the step (the paper's Algorithm 1 and torch-imle
@@ -317,8 +317,8 @@ class AutoTarget(TargetDistribution):
     loss's units. A row is *linear in z* when it has at least two samples and their upstream gradients
     are all equal: the loss does not depend on z beyond ``⟨g, z⟩``, as the regret ``⟨c, z⟩`` of
     predict-then-optimize (Fact 2). There the far side reaches the best state under the loss, the target
-    of eq. 10, and the near side stays one unit away. Elsewhere (one sample, or samples whose gradients
-    differ with z) both sides take ``a`` units: a central difference, as AI-MLE's symmetric perturbation.
+    of eq. 10, and the near side stays one unit away. Elsewhere (one sample, samples that are all one
+    state, or gradients that differ with z) both sides take ``a`` units: a central difference, as AI-MLE's symmetric perturbation.
     The cap on the spread keeps the step from growing with weights that grow more confident than the
     noise (as the paper's fixed λ stops growing): without it, a two-sided step that always moves the
     state drives them ever further apart. Both MAPs of every sample go out in one solver call (2·S rows
@@ -414,18 +414,21 @@ class AutoTarget(TargetDistribution):
         return reach * unit_g, torch.where(live, inverse, torch.zeros_like(inverse))  # u·g, 1/u
 
     @staticmethod
-    def linear_rows(grad_z: torch.Tensor) -> torch.Tensor:
-        """``[N]`` booleans: the rows with S ≥ 2 samples whose upstream gradients are all equal."""
+    def linear_rows(z: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        """``[N]`` booleans: the rows whose samples are not all the same state and whose upstream gradients
+        are all equal (the loss's gradient did not change with z)."""
         if grad_z.dim() < 3 or grad_z.shape[1] < 2:
             return torch.zeros(grad_z.shape[0], dtype=torch.bool, device=grad_z.device)
-        return (grad_z == grad_z[:, :1]).flatten(1).all(dim=1)
+        same_gradient = (grad_z == grad_z[:, :1]).flatten(1).all(dim=1)  # [N]
+        other_states = (z != z[:, :1]).flatten(1).any(dim=1)  # [N]
+        return same_gradient & other_states
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """The minus side ``θ' = θ − a·u·g`` (``θ − b·u·g`` on linear rows), with the unit from θ alone
-        (no noise: the cap does not apply)."""
+        """The minus side ``θ' = θ − a·u·g`` of the general case, with the unit from θ alone (no noise, no
+        samples: the cap does not apply and no row can be told linear)."""
         theta = theta.expand_as(grad_z)
         step, _ = self._step(theta, torch.zeros_like(theta), grad_z)
-        linear = self.linear_rows(grad_z)[:, None, None]
+        linear = torch.zeros(theta.shape[0], 1, 1, dtype=torch.bool, device=theta.device)  # no z: general
         return theta - torch.where(linear, self.far * step, self.near * step)
 
     def estimate(
@@ -438,7 +441,7 @@ class AutoTarget(TargetDistribution):
     ) -> torch.Tensor:
         perturbed = theta + eps  # θ + ε   [N, S, m]
         step, inverse = self._step(perturbed, eps, grad_z)  # u·g   [N, S, m], 1/u   []
-        linear = self.linear_rows(grad_z)[:, None, None]  # loss linear in z   [N, 1, 1]
+        linear = self.linear_rows(z, grad_z)[:, None, None]  # loss linear in z   [N, 1, 1]
         plus = torch.where(linear, step, self.near * step)  # 1 unit on linear rows, else a
         minus = torch.where(linear, self.far * step, self.near * step)  # b units on linear rows, else a
         both = torch.cat([perturbed + plus, perturbed - minus], dim=1)  # [N, 2S, m]

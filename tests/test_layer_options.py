@@ -25,6 +25,7 @@ from imle_solvers import (
     OptimalTarget,
     PerturbedOptimizer,
     PerturbedTarget,
+    AutoTarget,
     RelativeTarget,
     SumOfGamma,
     TopK,
@@ -197,7 +198,7 @@ def test_imle_defaults() -> None:
     oracle = TopK(2, M)
     layer = IMLE(oracle)
     assert layer.noise == SumOfGamma(k=2.0, tau=1.0, s=10)  # k from oracle.expected_nonzeros
-    assert type(layer.target) is RelativeTarget and layer.target == RelativeTarget(lam=0.1, two_sided=True)
+    assert type(layer.target) is AutoTarget and layer.target == AutoTarget(near=2.0, far=30.0, cap=10.0)
     assert layer.rule is layer.target
     assert layer.samples == 1 and layer.pool is None and layer.generator is None
     assert layer.check_finite is None and layer.noise_on == "theta" and layer.target_noise_scale == 1.0
@@ -205,10 +206,14 @@ def test_imle_defaults() -> None:
     z = IMLE(oracle, generator=gen())(W)
     eps = SumOfGamma(k=2).sample((ROWS, 1, M), dtype=torch.float64, generator=gen())
     assert z.shape == (ROWS, M) and torch.equal(z, oracle.solve_torch(W + eps[:, 0]))
-    # the default target, seen in the gradient: RelativeTarget(0.1, two-sided), the same ε (scale 1)
+    # the default target, seen in the gradient: AutoTarget(2, 30, 10), the same ε (scale 1)
     assert same(
         observe(IMLE(host(), generator=gen()), W),
-        observe(IMLE(host(), None, RelativeTarget(0.1, two_sided=True), generator=gen()), W),
+        observe(IMLE(host(), None, AutoTarget(near=2.0, far=30.0, cap=10.0), generator=gen()), W),
+    )
+    assert not same(
+        observe(IMLE(host(), generator=gen()), W),
+        observe(IMLE(host(), None, AutoTarget(near=1.0), generator=gen()), W),
     )
     # one forward call with the B rows of S = 1, one backward call with both MAPs of the central difference
     oracle_calls = host()

@@ -592,11 +592,17 @@ def test_auto_target_takes_the_far_step_where_the_loss_is_linear_in_z(seed: int)
 
 
 def test_auto_target_tells_rows_whose_loss_is_linear_in_z() -> None:
-    g = torch.randn(4, 3, 5, generator=gen(80), dtype=torch.float64)
+    g = torch.randn(5, 3, 5, generator=gen(80), dtype=torch.float64)
+    z = torch.zeros(5, 3, 5, dtype=torch.float64)
+    z[:, 1, 0] = 1.0  # the samples of every row differ
     g[1] = g[1, :1]  # every sample the same gradient
     g[3] = 0.0  # no gradient at all: equal too
-    assert AutoTarget.linear_rows(g).tolist() == [False, True, False, True]
-    assert AutoTarget.linear_rows(g[:, :1]).tolist() == [False] * 4  # one sample: nothing to compare
+    g[4] = g[4, :1]
+    z[4] = 0.0  # the same gradient, but one state: no evidence
+    assert AutoTarget.linear_rows(z, g).tolist() == [False, True, False, True, False]
+    assert (
+        AutoTarget.linear_rows(z[:, :1], g[:, :1]).tolist() == [False] * 5
+    )  # one sample: nothing to compare
 
 
 @pytest.mark.parametrize("loss", ["quadratic", "linear"])
@@ -653,3 +659,21 @@ def test_auto_target_caps_the_spread_at_ten_spreads_of_the_noise() -> None:
         ORACLE.solve_torch(perturbed - 2 * u * upstream),
     )
     torch.testing.assert_close(x.grad, ((plus - minus) / (2 * u)).sum(1))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_most_rows_of_a_large_batch_get_a_gradient_under_a_mean(seed: int) -> None:
+    # B = 1,024 rows of TopK(5, 20), a loss averaged over the batch: the default moves at least half of
+    # the rows in one draw; the local RelativeTarget() (the previous default) moved about a quarter
+    theta = torch.randn(1024, 20, generator=gen(200 + seed), dtype=torch.float64)
+    b = torch.rand(20, generator=gen(210 + seed), dtype=torch.float64)
+
+    def moved(target: TargetDistribution | None) -> float:
+        x = theta.clone().requires_grad_(True)
+        z = IMLE(TopK(5, 20), None, target, generator=gen(220 + seed))(x)
+        (z - b).square().sum(-1).mean().backward()
+        assert x.grad is not None
+        return float(x.grad.ne(0).any(-1).double().mean())
+
+    assert moved(None) >= 0.5
+    assert moved(RelativeTarget()) < 0.5  # the test has power

@@ -199,6 +199,7 @@ Factory = Callable[[MapOracle, NoiseDistribution, torch.Generator], nn.Module]
 
 ESTIMATORS: dict[str, Factory] = {
     "IMLE default": lambda o, n, g: IMLE(o, n, generator=g),
+    "RelativeTarget()": lambda o, n, g: IMLE(o, n, RelativeTarget(), generator=g),
     "RelativeTarget(two_sided=False)": lambda o, n, g: IMLE(
         o, n, RelativeTarget(two_sided=False), generator=g
     ),

@@ -78,11 +78,12 @@ class Candidate:
 
 
 CANDIDATES: dict[str, Candidate] = {
-    "default": Candidate("IMLE default", lambda _: None),
+    "default": Candidate("IMLE default (AutoTarget())", lambda _: None),
+    "relative-0.1": Candidate(
+        "RelativeTarget(0.1), two-sided", lambda _: RelativeTarget(0.1, two_sided=True)
+    ),
+    "relative-1": Candidate("RelativeTarget(1), two-sided", lambda _: RelativeTarget(1.0, two_sided=True)),
     "large-step": Candidate("RelativeTarget.large_step()", lambda _: RelativeTarget.large_step()),
-    "local-0.1": Candidate("RelativeTarget(0.1) two-sided", lambda _: RelativeTarget(0.1, two_sided=True)),
-    "local-1": Candidate("RelativeTarget(1) two-sided", lambda _: RelativeTarget(1.0, two_sided=True)),
-    "step-3": Candidate("RelativeTarget(3) one-sided", lambda _: RelativeTarget(3.0, two_sided=False)),
     "aimle": Candidate("AdaptiveTarget()", lambda _: AdaptiveTarget()),
     "pid": Candidate(
         "PerturbedTarget(λ) tuned, per instance",
@@ -162,10 +163,11 @@ class Task:
 def _pto(problem: str) -> Callable[[Setting, int, bool], float]:
     def train(setting: Setting, seed: int, quick: bool) -> float:
         from ..losses import regret
-        from ..training.problems import make_problem
+        from ..training import TrainConfig, make_problem
 
         n = 100 if quick else 1000
-        prob = make_problem(problem, n, n, seed, deg=6)
+        plan = TrainConfig(problem=problem, n_train=n, n_test=n, deg=6, show_progress=False).plan()
+        prob = make_problem(plan, seed)
         torch.manual_seed(seed)
         model = prob.model()
         samples = 2 if quick else 10
@@ -192,11 +194,14 @@ def _pto(problem: str) -> Callable[[Setting, int, bool], float]:
 
 
 def _terrain(setting: Setting, seed: int, quick: bool) -> float:
+    from ..training import TrainConfig, make_problem
     from ..training.loop import evaluate
-    from ..training.problems import make_problem
 
     n_train, n_test = (70, 35) if quick else (1000, 200)
-    prob = make_problem("terrain", n_train, n_test, seed, size=12, oracle="device")
+    plan = TrainConfig(
+        problem="terrain", n_train=n_train, n_test=n_test, size=12, oracle="device", show_progress=False
+    ).plan()
+    prob = make_problem(plan, seed)
     torch.manual_seed(seed)
     model = prob.model()
     gen = torch.Generator().manual_seed(seed)
@@ -233,7 +238,9 @@ def _toy(setting: Setting, seed: int, quick: bool) -> float:
         lam = setting.lam
         sgd = [_sgd_lr(eta, lam) for eta in lrs]  # the PID target divides by λ: step with η λ
 
-        def curves(rates: list[float], tag: int, method: Any = method, lam: float | None = lam) -> torch.Tensor:
+        def curves(
+            rates: list[float], tag: int, method: Any = method, lam: float | None = lam
+        ) -> torch.Tensor:
             gen = torch.Generator().manual_seed(1000 * seed + tag)
             return _optimise(problem, method, lam, rates, runs, steps, gen, setting.target())
 

@@ -251,7 +251,7 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--seeds", "4294967296"], "--seeds/--seed: must be an integer in [0, 2**32), got 4294967296"),
         (["--seed", "1", "1"], "--seeds/--seed: must be non-empty and without repeats, got [1, 1]"),
         (["--method", "spo+", "spo+"], "--methods/--method: must be non-empty and without repeats"),
-        (["--method", "magic"], "--methods/--method: must be one of 'imle', 'imle-pid'"),
+        (["--method", "magic"], "--methods/--method: must be one of 'imle', 'imle-large-step', 'imle-pid'"),
         (["--methods", "all", "spo+"], "--methods/--method: must be 'all' alone or method names"),
         (["--lr-drops", "0"], "--lr-drops: must be a positive integer"),
         (["--device", "gpu"], "--device: must be cpu, cuda, cuda:N or auto"),
@@ -691,7 +691,8 @@ def test_method_options_reach_the_methods(data: tuple) -> None:
     # each factory is named after what it builds, and none shadows the library's `imle`
     from imle_solvers.training import methods
 
-    assert METHODS["imle"] is methods.imle_large_step and not hasattr(methods, "imle")
+    assert METHODS["imle"] is methods.imle_default and not hasattr(methods, "imle")
+    assert METHODS["imle-large-step"] is methods.imle_large_step
 
 
 def test_layer_methods_average_their_gradient_over_instances_and_samples(data: tuple) -> None:
