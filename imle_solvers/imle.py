@@ -41,16 +41,17 @@ class IMLE(PerturbAndMAPLayer):
     noise
         ρ(ε); the default ``SumOfGamma()`` takes ``k`` from ``oracle.expected_nonzeros`` (Theorem 1).
     target
-        Target distribution. Default ``RelativeTarget()``
-        ([`RelativeTarget`][imle_solvers.RelativeTarget]): the two-sided finite difference of eq. 11
-        with a step of a tenth of the spread ``std(θ + ε)``. With the same noise the gradient is
-        positively homogeneous in the loss (``grad(α·L) = α·grad(L)``, α > 0, under ``.mean()`` as
-        under ``.sum()``), unchanged by an offset ``θ + c·1`` where every state has the same size,
-        and scaled by ``1/c`` when θ and the noise temperature are scaled by c; of the I-MLE
-        targets it is the closest to the exact gradient on enumerable problems.
-        ``RelativeTarget.large_step()`` (close to eq. 10) trains better on regret losses;
-        [`PerturbedTarget`][imle_solvers.PerturbedTarget] is the paper's fixed λ (scale-dependent);
-        [`OptimalTarget`][imle_solvers.OptimalTarget] is eq. 10;
+        Target distribution. Default ``AutoTarget()`` ([`AutoTarget`][imle_solvers.AutoTarget]): eq. 8
+        with the step sized per batch (the spread of θ + ε over the loss gradient's scale), the central
+        difference of two such units in general and, where every sample of a row has the same ``∇z L``
+        (a loss linear in z, such as a regret), the best state under the loss as the far side. With the
+        same noise the gradient is positively homogeneous in the loss (``grad(α·L) = α·grad(L)``, α > 0,
+        under ``.mean()`` as under ``.sum()``), unchanged by an offset ``θ + c·1`` where every state has
+        the same size, and scaled by ``1/c`` when θ and the noise temperature are scaled by c; it was
+        chosen by training every task the library ships against the paper's λ tuned per task.
+        [`RelativeTarget`][imle_solvers.RelativeTarget] is the local step (closest to the exact gradient
+        on average); [`PerturbedTarget`][imle_solvers.PerturbedTarget] is the paper's fixed λ
+        (scale-dependent); [`OptimalTarget`][imle_solvers.OptimalTarget] is eq. 10;
         [`AdaptiveTarget`][imle_solvers.AdaptiveTarget] is AI-MLE.
     samples
         S. Output shape is ``(..., m)`` for ``S = 1`` and ``(..., S, m)`` for ``S > 1``. The backward
@@ -170,7 +171,7 @@ def imle(
     noise
         ρ(ε); default ``SumOfGamma()``, as for [`IMLE`][imle_solvers.IMLE].
     target
-        The target distribution; default ``RelativeTarget()``, as for [`IMLE`][imle_solvers.IMLE].
+        The target distribution; default ``AutoTarget()``, as for [`IMLE`][imle_solvers.IMLE].
     samples
         S, the number of perturb-and-MAP samples per row.
     pool

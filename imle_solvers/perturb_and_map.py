@@ -268,7 +268,8 @@ def _refuse_stateful_rule_under_vmap(rule: GradientRule) -> None:
     if isinstance(rule, (AdaptiveTarget, RowAdaptiveTarget)):
         raise RuntimeError(
             f"{type(rule).__name__} adapts its state in every backward pass and does not support "
-            "torch.func.vmap (per-sample gradients, jacrev); use the default RelativeTarget() there"
+            "torch.func.vmap (per-sample gradients, jacrev); use the default AutoTarget() or "
+            "RelativeTarget() there"
         )
 
 

@@ -50,7 +50,7 @@ from ..adaptive import AdaptiveTarget
 from ..imle import IMLE
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from ..oracle import MapOracle, sense_sign
-from ..target import AutoTarget, PerturbedTarget, RelativeTarget, TargetDistribution, default_target
+from ..target import PerturbedTarget, RelativeTarget, TargetDistribution, default_target
 
 __all__ = ["CANDIDATES", "PID_GRID", "TASKS", "Candidate", "Task", "run"]
 
