@@ -42,6 +42,10 @@ PIPE_BYTES_PER_S = 1e9
 TARGET_CHUNK_S = 2e-2
 """Solving seconds a chunk should carry at least (amortises round trips)."""
 
+CHUNK_OVER_OVERHEAD = 10.0
+"""... and at least this many times the runner's (measured) overhead of a call: a Dask task's round trip
+costs tens of milliseconds, a pipe's one."""
+
 REMEASURE_EVERY = 32
 """After this many calls on one path, the other is taken once to refresh its timing."""
 
@@ -182,18 +186,26 @@ def ema(old: float | None, new: float) -> float:
 
 
 def chunk_bounds(
-    rows: int, row_s: float | None, workers: int, offset: int = 0, chunksize: int | None = None
+    rows: int,
+    row_s: float | None,
+    workers: int,
+    offset: int = 0,
+    chunksize: int | None = None,
+    overhead_s: float = 0.0,
 ) -> list[tuple[int, int]]:
-    """Row ranges ``[(a, b), …]``: ``chunksize`` if given, else ``W … 4W`` chunks of ≥ ~20 ms of solving.
+    """Row ranges ``[(a, b), …]``: ``chunksize`` if given, else ``W … 4W`` chunks, each of at least
+    `TARGET_CHUNK_S` of solving and `CHUNK_OVER_OVERHEAD` times ``overhead_s``.
 
     One chunk per worker minimises round trips (each costs a wake-up on both sides, milliseconds on
-    a busy machine); up to four per worker balance solves of uneven length.
+    a busy machine, tens of milliseconds for a Dask task); up to four per worker balance solves of
+    uneven length where the round trips are cheap next to them.
     """
     if chunksize is not None:
         size = chunksize
     else:
         total = rows * (row_s if row_s is not None else TARGET_CHUNK_S)
-        count = min(rows, max(workers, min(4 * workers, math.ceil(total / TARGET_CHUNK_S))))
+        least = max(TARGET_CHUNK_S, CHUNK_OVER_OVERHEAD * overhead_s)  # seconds of solving a chunk
+        count = min(rows, max(workers, min(4 * workers, math.ceil(total / least))))
         size = max(1, math.ceil(rows / max(count, 1)))
     return [(offset + a, offset + min(a + size, rows)) for a in range(0, rows, size)]
 
@@ -270,7 +282,7 @@ def decide(
         return Decision(
             mode="parallel",
             reason=reason,
-            bounds=tuple(chunk_bounds(rows, row_s, workers, offset, policy.chunksize)),
+            bounds=tuple(chunk_bounds(rows, row_s, workers, offset, policy.chunksize, overhead_s)),
             est_row_s=row_s,
             est_serial_s=est_serial,
             est_parallel_s=est_parallel,
@@ -286,7 +298,7 @@ def decide(
         return parallel("not timed yet"), timings
 
     est_serial = rows * serial_row  # predicted in-process seconds
-    n_chunks = len(chunk_bounds(rows, row_s, workers, 0, policy.chunksize))
+    n_chunks = len(chunk_bounds(rows, row_s, workers, 0, policy.chunksize, overhead_s))
     transfer = 2 * rows * row_bytes / PIPE_BYTES_PER_S if traits.transfers else 0.0
     est_parallel = overhead_s + transfer + rows * row_s / min(workers, n_chunks)
     if timings.parallel_row_s is not None:  # measured beats modelled: whole parallel calls, wall time

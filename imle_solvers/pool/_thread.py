@@ -140,7 +140,17 @@ class ThreadRunner(InProcessRunner):
             raise
         failed = [f for f in done if f.exception() is not None]
         if failed:
+            # the error names the first failing rows whatever the timing: chunks before the failed one
+            # that are still running finish first (within the deadline), the ones after are dropped
+            first_row = min(futures[f][0] for f in failed)
+            earlier = [f for f in not_done if futures[f][0] < first_row]
             for f in not_done:
+                if futures[f][0] > first_row:
+                    f.cancel()
+            if earlier:
+                concurrent.futures.wait(earlier, timeout=deadline.remaining())
+            failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+            for f in futures:
                 f.cancel()
             first = min(failed, key=lambda f: futures[f][0])
             exc = first.exception()

@@ -370,6 +370,15 @@ def test_a_solve_batch_of_the_wrong_shape_is_an_error_naming_the_rows(backend: s
         assert info.value.rows == tuple(range(rows))  # the first chunk's rows (serial: the whole batch)
 
 
+def test_a_thread_pool_error_names_the_first_failing_chunk_whatever_the_timing() -> None:
+    # every chunk fails; the second may fail before the first finishes: the error still names rows 0-2
+    with SolverPool(2, "thread", fallback=False, chunksize=3) as pool:
+        for _ in range(100):
+            with pytest.raises(ImleSolversError) as info:
+                pool.solve_batch(WrongShape(STATES), batch(5))
+            assert info.value.rows == (0, 1, 2)
+
+
 class SlowLateBlock(Enum):
     """Fast, except for the solves from the 15th on (the probe's fourth block): 0.5 ms each."""
 

@@ -108,6 +108,10 @@ def test_chunk_bounds() -> None:
     assert len(chunk_bounds(1000, 1.0, 2)) == 8  # never more than 4 chunks per worker
     assert chunk_bounds(3, None, 8) == [(0, 1), (1, 2), (2, 3)]  # never more chunks than rows
     assert chunk_bounds(0, 1.0, 2) == []
+    # a costly round trip (a Dask task of 0.1 s): chunks of at least ten of them, one per worker here
+    assert len(chunk_bounds(320, 1e-2, 2)) == 8  # 3.2 s of solving, 20 ms chunks: 4 per worker
+    assert len(chunk_bounds(320, 1e-2, 2, overhead_s=0.1)) == 4  # 1 s chunks: 3.2 → 4 (W ≤ 4 ≤ 4W)
+    assert len(chunk_bounds(320, 1e-2, 2, overhead_s=1.0)) == 2  # one per worker, never fewer
 
 
 # --------------------------------------------------------------------------- decide
