@@ -77,5 +77,3 @@ def batch_norms(tensors: Sequence[torch.Tensor], sync: Sync | None = None) -> to
 
         dist.all_reduce(total, group=sync.group)  # integers: the same sum in any order
     return (total.to(torch.float64) / unit).sqrt() * peaks  # ‖x‖ = p·√(Σ_r q_r)   [k]
-
-

@@ -59,6 +59,7 @@ CORE = frozenset(
         "topk",
         "errors",
         "_checks",
+        "_collective",
         "_device",
         "_lazy",
         "_interrupt",
