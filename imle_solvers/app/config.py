@@ -577,7 +577,7 @@ class OnDevice(CommandConfig):
 class Threaded(CommandConfig):
     """A command that sets torch's CPU threads for its run (restored afterwards): ``--threads``."""
 
-    threads: int = _shared(1, "torch CPU threads during the run", check=thread_count)
+    threads: int = _shared(1, f"torch CPU threads during the run (at most {THREADS_MAX})", check=thread_count)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

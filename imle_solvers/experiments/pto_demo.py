@@ -23,6 +23,7 @@ from typing import ClassVar
 
 from ..app.command import Command
 from ..app.config import RunSettings, count, option
+from ..data.dataset import DEG_MAX
 from ..training import TrainConfig, TrainRun
 from ..training import run as train
 from ..training.config import cost_degree
@@ -67,7 +68,9 @@ class DemoConfig(RunSettings):
 
     epochs: int = option(10, "training epochs of each method", check=count)
     deg: int = option(
-        4, "polynomial degree of the cost model (higher: a linear model fits worse)", check=cost_degree
+        4,
+        f"polynomial degree of the cost model (higher: a linear model fits worse; at most {DEG_MAX})",
+        check=cost_degree,
     )
     n_train: int = option(1000, "training instances", check=count)
     n_test: int = option(1000, "test instances", check=count)

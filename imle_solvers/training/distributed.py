@@ -392,7 +392,8 @@ def process_failures(timeout: float, *, starting: bool = False) -> Iterator[None
     [`DistributedError`][imle_solvers.errors.DistributedError] (see `peer_failure`): a failed collective,
     and ``SIGTERM`` (``torchrun`` stops every process when one fails), which would otherwise end the
     process silently or with a traceback of gloo. Where the process has its own ``SIGTERM`` handler it
-    is left alone."""
+    is left alone. Once a failure leaves the block, ``SIGTERM`` stays ignored: the process is ending,
+    and torchrun's signal must not cut its line short (torchrun's ``SIGKILL`` still ends it)."""
     previous = None
     if threading.current_thread() is threading.main_thread():
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:

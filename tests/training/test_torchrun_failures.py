@@ -7,7 +7,9 @@ one process alone with the environment torchrun would set, each bounded in time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +34,17 @@ from tests.support.launch import torchrun
 from tests.support.paths import ROOT
 
 WORKER = str(ROOT / "tests" / "training" / "ddp_failures.py")
+
+
+@pytest.fixture(autouse=True)
+def sigterm_restored() -> Any:
+    """A failure under `process_failures` leaves SIGTERM ignored (the process is ending): give the
+    handler back after each test."""
+    previous = signal.getsignal(signal.SIGTERM)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
 HINT = "Try 'imle-solvers train --help' for more information."
 
 
@@ -190,7 +203,13 @@ def test_the_settings_a_process_may_choose_itself_are_not_compared() -> None:
     ).plan()
     assert one.job_settings == other.job_settings
     assert not PROCESS_SETTINGS & (set(one.job_settings) - {"device"})
-    assert one.job_settings["device"] == "cpu"  # the device's type: each process has its own GPU
+    assert one.job_settings["device"] == "cpu"
+    on_gpu = [  # process r on cuda:r, as torchrun places them
+        dataclasses.replace(one, device=torch.device("cuda", r), record={**one.record, "device": f"cuda:{r}"})
+        for r in (0, 1)
+    ]
+    assert on_gpu[0].job_settings == on_gpu[1].job_settings  # the device's type: each has its own GPU
+    assert on_gpu[0].job_settings["device"] == "cuda"
     assert one.job_settings != TrainConfig(n_train=16, n_test=8, batch_size=8, seeds=(1,)).plan().job_settings
 
 
@@ -245,3 +264,20 @@ def test_the_time_out_is_bounded(seconds: float, monkeypatch: pytest.MonkeyPatch
         TrainConfig(dist_timeout=low).dist_timeout == 1.0
         and TrainConfig(dist_timeout=high).dist_timeout == high
     )
+
+
+def test_sigterm_ends_a_training_process_with_its_line_then_is_ignored() -> None:
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        pytest.skip("SIGTERM has a handler of its own here: process_failures leaves it alone")
+    try:
+        with pytest.raises(DistributedError, match="stopped by SIGTERM") as info, process_failures(5.0):
+            os.kill(os.getpid(), signal.SIGTERM)  # torchrun stopping every process when one failed
+            time.sleep(5)
+        assert info.value.kind == "stopped"
+        # the process now ends with its line: a second SIGTERM must not cut the line short
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with process_failures(5.0):  # a run that ends well gives the handler back
+        assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
