@@ -43,6 +43,7 @@ __all__ = [
     "Seeded",
     "Threaded",
     "Written",
+    "choose",
     "count",
     "count_at_least",
     "inherit",
@@ -51,6 +52,7 @@ __all__ = [
     "path_text",
     "positive_number",
     "seed_value",
+    "shown",
     "thread_count",
     "usage_error",
 ]

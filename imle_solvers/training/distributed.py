@@ -55,6 +55,8 @@ import json
 import os
 import re
 import signal
+import sys
+import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -431,9 +433,6 @@ def _c10d_log_kept_on_failure() -> Iterator[None]:
     """Hold back what C++ writes to the standard error while the processes meet: c10d logs every failed
     try to reach the rendezvous with a C++ stack, which a failure here replaces by its one line
     (`peer_failure`). On success what was written is passed on."""
-    import sys
-    import tempfile
-
     try:
         sys.stderr.flush()
         saved = os.dup(2)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from imle_solvers.app.command import Command
-from imle_solvers.app.config import Written, integer, number, option
+from imle_solvers.app.config import CommandConfig, Written, integer, number, option
 from imle_solvers.app.machine import check_device, check_output_dir, device_name
 from imle_solvers.app.results import Metric, Summary, to_json
 from imle_solvers.errors import ConfigError, MissingExtraError, OutputError
@@ -97,6 +97,18 @@ def test_choices_take_any_case_and_suggest_the_closest() -> None:
     with pytest.raises(ValueError, match="got 'AB'"):  # two choices differ only in case: no guess
         choose("AB", ("ab", "Ab"))
     assert choose("Ab", ("ab", "Ab")) == "Ab"
+
+
+def test_an_integer_option_without_a_kind_still_fits_64_bits() -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Bare(CommandConfig):
+        command: ClassVar[str] = "bare"
+        n: int = option(0, "an integer of no particular kind")
+
+    assert Bare(n=-(2**63)).n == -(2**63) and Bare(n=2**63 - 1).n == 2**63 - 1
+    for huge in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(ConfigError, match="n must fit in 64 bits"):
+            Bare(n=huge)
 
 
 def test_a_misspelt_option_is_answered_with_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
