@@ -41,7 +41,7 @@ test-slow: install
 
 demo: install
 	@echo "== imle-solvers demo: three training methods on a shortest-path benchmark (10-30 s)"
-	$(VENV)/bin/imle-solvers demo
+	$(VENV)/bin/imle-solvers demo --out runs/demo
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site

@@ -1,11 +1,11 @@
 """Learning to explain with k-subset masks (the I-MLE paper's sec. 6), on a corpus with planted explanations.
 
-    python examples/l2x.py                          # all methods, k = 5 10 15, seeds 0 1 2
+    python examples/l2x.py --out runs/l2x           # all methods, k = 5 10 15, seeds 0 1 2
     python examples/l2x.py --ks 10 --methods imle-sog softsub --seeds 0   # a quick look
     python examples/l2x.py --device cuda            # the same on a GPU
 
-Options are those of `imle-solvers l2x` (``--help``). Writes ``results.json`` and ``results.md`` (test MSE and
-subset precision, × 100, mean ± std over the seeds) to ``--out`` (default ``runs/l2x``).
+Options are those of `imle-solvers l2x` (``--help``). Prints the table and, with ``--out DIR``, writes
+``results.json`` and ``results.md`` (test MSE and subset precision, × 100, mean ± std over the seeds) there.
 
 The corpus generator alone:
 

@@ -1,12 +1,12 @@
 """The I-MLE paper's discrete 10-subset VAE (sec. 6), as a script.
 
-    python examples/vae.py                          # all methods, seeds 0 1 2, 30 epochs of the digits
+    python examples/vae.py --out runs/vae           # all methods, seeds 0 1 2, 30 epochs of the digits
     python examples/vae.py --data ~/mnist.npz --epochs 100    # MNIST from disk, the paper's 100 epochs
     python examples/vae.py --methods imle-sog-10 gsm-categorical --seeds 0 --epochs 5   # a quick look
 
-Options are those of `imle-solvers vae` (``--help``). Writes ``results.json``, ``results.md``,
-``vae_curves.png`` (test loss per epoch) and ``vae_recon.png`` (test digits and their reconstructions)
-to ``--out`` (default ``runs/vae``). See docs/experiments.md.
+Options are those of `imle-solvers vae` (``--help``). Prints the table and, with ``--out DIR``, writes
+``results.json``, ``results.md``, ``vae_curves.png`` (test loss per epoch) and ``vae_recon.png`` (test
+digits and their reconstructions) there. See docs/experiments.md.
 
 The same experiment through the Python API:
 

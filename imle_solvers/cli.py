@@ -10,9 +10,12 @@ so `imle-solvers --help` is instant and needs no extras.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+
+from .app.config import Parser, usage_error
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -43,7 +46,7 @@ Run 'imle-solvers COMMAND --help' for the options of a command."""
 
 EPILOG = """\
 examples:
-  imle-solvers demo                       # a first run: writes runs/demo/curves.png
+  imle-solvers demo --out runs/demo       # a first run: writes runs/demo/curves.png
   imle-solvers train --methods all --deg 4
   imle-solvers bench backends --quick"""
 
@@ -52,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The top-level parser: the command listing, `--version`, and errors for a missing command."""
     from . import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="imle-solvers",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -74,21 +77,33 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `imle-solvers` console script; returns the exit status.
 
-    A missing or unknown command prints the usage and returns 2, as argparse does.
+    A missing or unknown command prints one line (with the closest command for a misspelt one) and a
+    pointer to ``--help``, and returns 2.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:
-        try:
-            build_parser().parse_args(args)  # prints help, version or the usage error
-        except SystemExit as exc:
-            return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-        return 2  # pragma: no cover - parse_args always exits here
+        if args and args[0].startswith("-"):
+            try:
+                build_parser().parse_args(args)  # --help, --version, or an unknown option
+            except SystemExit as exc:
+                return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+        print(usage_error("imle-solvers", _unknown(args[0] if args else None)), file=sys.stderr, end="")
+        return 2
     try:
         module = importlib.import_module(COMMANDS[args[0]][0])
         return int(module.main(args[1:]) or 0)
     except KeyboardInterrupt:  # before the command's own handling (while importing, parsing)
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _unknown(name: str | None) -> str:
+    listing = ", ".join(COMMANDS)
+    if name is None:
+        return f"a command is required: {listing}"
+    close = difflib.get_close_matches(name.casefold(), list(COMMANDS), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown command {name!r}{hint}: the commands are {listing}"
 
 
 if __name__ == "__main__":  # pragma: no cover

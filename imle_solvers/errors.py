@@ -18,7 +18,8 @@ ImleSolversError
 ├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
 ├── ConfigError              (also a ValueError)    a command's setting that cannot work
 ├── DataError                (also a ValueError)    a data set on disk that is not in its format
-└── OutputError              (also an OSError)      a command's results could not be written
+├── OutputError              (also an OSError)      a command's results could not be written
+└── DistributedError                                a training process of a torchrun job failed
 
 UnprovenSolutionWarning      (a RuntimeWarning)     time limit hit, feasible state returned anyway
 ```
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Sequence
 __all__ = [
     "ConfigError",
     "DataError",
+    "DistributedError",
     "ImleSolversError",
     "InfeasibleError",
     "InvalidSolutionError",
@@ -185,6 +187,21 @@ class OutputError(ImleSolversError, OSError):
 
     The results that had finished were handed to the caller before the failed write (``on_result``).
     """
+
+
+class DistributedError(ImleSolversError):
+    """The processes of a data-parallel training run (``torchrun``) could not go on together: another
+    process died, stopped answering within the time-out, never arrived at the start, or the launcher
+    stopped this one.
+
+    ``.kind`` says which: ``"died"``, ``"timed out"``, ``"missing"``, ``"stopped"`` or ``"failed"``
+    (another failure of the process group). Every process of the run raises it, each with one line
+    naming itself (``training process 0 of 2: …``).
+    """
+
+    def __init__(self, message: str, kind: str = "failed") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class UnprovenSolutionWarning(RuntimeWarning):

@@ -50,7 +50,7 @@ commands:
     bench        {cli.COMMANDS["bench"][1]}
 
 examples:
-  imle-solvers demo                       # a first run: writes runs/demo/curves.png
+  imle-solvers demo --out runs/demo       # a first run: writes runs/demo/curves.png
   imle-solvers train --methods all --deg 4
   imle-solvers bench backends --quick
 """
@@ -78,14 +78,23 @@ def test_command_summaries_are_one_line() -> None:
         assert "\n" not in summary and len(summary) <= 80 and not MARKUP.search(summary)
 
 
-@pytest.mark.parametrize("argv", [[], ["--quick"], ["frobnicate"]])
-def test_missing_or_unknown_command_exits_2_with_usage(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        ([], "a command is required: demo, toy, vae, l2x, sort, train, bench"),
+        (["--quick"], "the following arguments are required: COMMAND"),
+        (["frobnicate"], "unknown command 'frobnicate': the commands are demo, toy"),
+        (["trian"], "unknown command 'trian' (did you mean train?)"),
+        (["TRAIN"], "unknown command 'TRAIN' (did you mean train?)"),
+    ],
+)
+def test_missing_or_unknown_command_is_one_line_and_a_hint(
+    argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("usage: imle-solvers [-h] [-V] COMMAND ...")
-    assert "required: COMMAND" in err or "invalid choice: 'frobnicate'" in err
+    first, hint = capsys.readouterr().err.splitlines()
+    assert first.startswith(f"imle-solvers: error: {reason}")
+    assert hint == "Try 'imle-solvers --help' for more information."
 
 
 @pytest.mark.parametrize("flag", ["--version", "-V"])
@@ -113,9 +122,10 @@ def test_python_dash_m_imle_solvers() -> None:
         timeout=24,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip().splitlines()[-1] == (
-        "imle-solvers demo: error: argument --epochs: must be a positive integer, got -3"
-    )
+    assert bad.stderr.splitlines() == [
+        "imle-solvers demo: error: argument --epochs: must be a positive integer, got -3",
+        "Try 'imle-solvers demo --help' for more information.",
+    ]
 
 
 # --- every command: one configuration type, its parser generated from it -----------------------------
@@ -167,7 +177,7 @@ BAD = [
     ("demo", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
     ("toy", ["--out", "{file}"], "argument --out: '{file}' is a file: it must name a folder"),
     ("toy", ["--steps", "1.5"], "argument --steps: must be an integer, got 1.5"),
-    ("toy", ["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    ("toy", ["--seed", "-1"], "argument --seed: must be an integer in [0, 2**32), got -1"),
     ("vae", ["--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
     ("vae", ["--lr", "nan"], "argument --lr: must be a finite number > 0, got nan"),
     ("vae", ["--methods", "x"], "argument --methods/--method: must be one of 'imle-sog-1'"),
@@ -220,10 +230,9 @@ def test_bad_options_stop_before_any_work(
     with pytest.raises(SystemExit) as exc:
         cli.main([name, *argv])
     assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith(f"usage: imle-solvers {name}")
-    last = err.strip().splitlines()[-1]
-    assert last.startswith(f"imle-solvers {name}: error: ") and message.format(**names) in last
+    first, hint = capsys.readouterr().err.splitlines()  # one line and a pointer to --help
+    assert first.startswith(f"imle-solvers {name}: error: ") and message.format(**names) in first
+    assert hint == f"Try 'imle-solvers {name} --help' for more information."
 
 
 def test_old_spellings_are_aliases(tmp_path: Path) -> None:

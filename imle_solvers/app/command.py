@@ -1,24 +1,24 @@
 """A command: its configuration type, its ``run``, and how its outcome is printed.
 
 [`Command.main`][imle_solvers.app.command.Command.main] is the same for every ``imle-solvers`` command:
-parse and check the options (any error: one line, exit status 2, before any work), run, print. What
-goes wrong after that is one line too, never a traceback: Ctrl-C prints the finished runs and where
-they are kept (exit status 130), a failed write of the results prints the finished runs and the reason
-(exit status 1), and any other typed error of the library
-([`ImleSolversError`][imle_solvers.errors.ImleSolversError], e.g. a missing extra) its message (exit
-status 1).
+parse and check the options (any error: one line saying what is wrong and a pointer to ``--help``,
+exit status 2, before any work), run, print. What goes wrong after that is one line too, never a
+traceback: a setting found wanting while running is a usage error as above (exit status 2), Ctrl-C
+prints the finished runs and where they are kept (`CommandConfig.interrupted`, exit status 130), a
+failed write of the results prints the finished runs and the reason (exit status 1), and any other typed
+error of the library ([`ImleSolversError`][imle_solvers.errors.ImleSolversError], e.g. a missing extra,
+a training process of a torchrun job that died) its message (exit status 1).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigError, ImleSolversError, OutputError
-from .config import CommandConfig
+from .config import CommandConfig, usage_error
 from .session import SummaryLike
 
 __all__ = ["Command"]
@@ -57,14 +57,14 @@ class Command(Generic[C, R]):
             result = self.run(config, on_result=finished.append)
         except KeyboardInterrupt:
             self._show_finished(finished)
-            print(self._interrupted(config, len(finished)), file=sys.stderr)
+            print(config.interrupted(len(finished)), file=sys.stderr)
             return 130
         except OutputError as exc:
             self._show_finished(finished)
             print(f"{prog}: error: {exc}", file=sys.stderr)
             return 1
         except ConfigError as exc:
-            print(f"{prog}: error: {self.config.explain(exc)}", file=sys.stderr)
+            print(usage_error(prog, self.config.explain(exc)), file=sys.stderr, end="")
             return 2
         except ImleSolversError as exc:
             print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -75,15 +75,3 @@ class Command(Generic[C, R]):
     def _show_finished(self, finished: list[Any]) -> None:
         if finished and self.summary is not None:
             print(self.summary.table(finished))
-
-    @staticmethod
-    def _interrupted(config: CommandConfig, done: int) -> str:
-        out = getattr(config, "out", None)
-        if out is None:
-            if done:
-                return f"interrupted: {done} finished run(s), printed above (use --out DIR to keep them)"
-            return "interrupted: no run had finished"
-        if not done:
-            return f"interrupted: no run had finished; nothing written to {out}"
-        runs, results = os.path.join(out, "runs"), os.path.join(out, "results.json")
-        return f"interrupted: {done} finished run(s) kept in {runs} (summary in {results})"

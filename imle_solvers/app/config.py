@@ -19,28 +19,42 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
-from .._checks import positive, positive_int
+from .._checks import integer_at_least, non_negative_int, positive, positive_int
 from ..errors import ConfigError
 from .machine import check_device, check_output_dir, device_name
 
 __all__ = [
+    "COUNT_MAX",
+    "THREADS_MAX",
     "CommandConfig",
     "OnDevice",
     "Option",
+    "Parser",
     "Progress",
     "RunSettings",
     "Seeded",
     "Threaded",
     "Written",
+    "choose",
+    "count",
+    "count_at_least",
     "inherit",
+    "non_negative_count",
     "option",
+    "path_text",
+    "positive_number",
     "seed_value",
+    "shown",
+    "thread_count",
+    "usage_error",
 ]
 
 Check = Callable[[Any], Any]
@@ -175,9 +189,13 @@ class _Field:
             if not isinstance(value, str):
                 raise ValueError(f"must be a string, got {value!r}")
         allowed = self.choices()
-        if allowed is not None and value not in allowed:
-            raise ValueError(f"must be one of {', '.join(repr(c) for c in allowed)}, got {value!r}")
-        return value if self.option.check is None else self.option.check(value)
+        if allowed is not None:
+            value = choose(value, allowed)
+        if self.option.check is not None:
+            value = self.option.check(value)
+        if self.base is int and not INT64_MIN <= value <= INT64_MAX:  # whatever the check: torch's int64
+            raise ValueError(f"must fit in 64 bits, got {shown(value)}")
+        return value
 
     def parse(self, text: str) -> Any:
         """The argparse ``type=``: one value from its text."""
@@ -191,16 +209,41 @@ class _Field:
             return self._one(value)
         except ValueError as exc:
             reason = str(exc)
-            if reason.startswith(("could not convert", "invalid literal")):
-                reason = f"not a number: {text!r}"
+            if reason.startswith(("could not convert", "invalid literal", "Exceeds the limit")):
+                reason = f"not a number: {shown(text)}"
             raise argparse.ArgumentTypeError(reason) from None
 
 
 def _number_text(text: str) -> int | float:
     try:
         return int(text)
-    except ValueError:
+    except ValueError as exc:
+        if str(exc).startswith("Exceeds the limit"):  # more than 4300 digits
+            raise
         return float(text)  # "2.0" is the integer 2; "1.5" and "inf" fail the integer check
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters (a value typed by a user may be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
+def choose(value: Any, allowed: Sequence[str]) -> str:
+    """``value`` if it is one of ``allowed``; one of them if it differs only in case; else a
+    ``ValueError`` listing them, with the closest as a suggestion (``did you mean 'imle-mumu'?``)."""
+    if value in allowed:
+        return str(value)
+    text = str(value)
+    same = [c for c in allowed if c.casefold() == text.casefold()]
+    if len(same) == 1:  # IMLE-MUMU is imle-mumu
+        return same[0]
+    listing = ", ".join(repr(c) for c in allowed)
+    close = difflib.get_close_matches(text.casefold(), [c.casefold() for c in allowed], n=1, cutoff=0.6)
+    hint = ""
+    if close:
+        hint = f" (did you mean {next(c for c in allowed if c.casefold() == close[0])!r}?)"
+    raise ValueError(f"must be one of {listing}, got {shown(value)}{hint}")
 
 
 def integer(value: Any) -> int:
@@ -224,22 +267,79 @@ def number(value: Any) -> float:
         raise ValueError(f"must be a number, got {value!r}") from None
 
 
-def count(value: Any) -> int:
-    """The constraint of a count setting (epochs, samples, a width, …): a positive integer.
+# --- the kinds of option: one constraint each, given as ``check=`` ---------------------------------------
 
-    Given as ``check=count`` to [`option`][imle_solvers.app.config.option]; a value below 1, a
-    fraction or a bool is refused with a [`ConfigError`][imle_solvers.errors.ConfigError] naming the
-    field.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""What every integer option must fit, whatever its kind: torch's and NumPy's 64-bit integers."""
+
+COUNT_MAX = 2**31 - 1
+"""The largest count an option takes (epochs, steps, instances, samples, widths, workers…): torch's
+32-bit C ``int`` arguments, far beyond any count a run can use; larger values are refused before any
+work instead of overflowing inside torch after it started."""
+
+THREADS_MAX = 1024
+"""The most torch CPU threads ``--threads`` takes: beyond a machine's cores more threads only slow a run
+down, and from some ten thousand torch's thread pool crashes the process."""
+
+
+def count(value: Any) -> int:
+    """The constraint of a count setting (epochs, samples, a width, …): an integer in
+    ``[1, COUNT_MAX]``.
+
+    Given as ``check=count`` to [`option`][imle_solvers.app.config.option]; a value below 1, above
+    `COUNT_MAX`, a fraction or a bool is refused with a
+    [`ConfigError`][imle_solvers.errors.ConfigError] naming the field.
     """
-    return positive_int("", value)
+    return _at_most(positive_int("", value), COUNT_MAX)
+
+
+def non_negative_count(value: Any) -> int:
+    """The constraint of a count that may be 0 (solver pool processes, extra steps): an integer in
+    ``[0, COUNT_MAX]``."""
+    return _at_most(non_negative_int("", value), COUNT_MAX)
+
+
+def count_at_least(low: int) -> Check:
+    """The constraint of a count with a floor (a grid size ≥ 2): an integer in ``[low, COUNT_MAX]``."""
+
+    def check(value: Any) -> int:
+        return _at_most(integer_at_least("", value, low), COUNT_MAX)
+
+    return check
+
+
+def thread_count(value: Any) -> int:
+    """The constraint of ``--threads``: an integer in ``[1, THREADS_MAX]``."""
+    return _at_most(positive_int("", value), THREADS_MAX)
+
+
+def _at_most(value: int, high: int) -> int:
+    if value > high:
+        raise ValueError(f"must be at most {high}, got {shown(value)}")
+    return value
+
+
+def seed_value(value: Any) -> int:
+    """The constraint of a seed: an integer in ``[0, 2**32)`` (what ``torch.manual_seed`` and NumPy take)."""
+    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
+        raise ValueError(f"must be an integer in [0, 2**32), got {shown(value)}")
+    return int(value)
 
 
 def positive_number(value: Any) -> float:
-    """The constraint of a rate, scale or temperature setting: a number above 0.
+    """The constraint of a rate, scale or temperature setting: a finite number above 0.
 
     Given as ``check=positive_number`` to [`option`][imle_solvers.app.config.option].
     """
     return positive("", value)
+
+
+def path_text(value: str) -> str:
+    """The constraint of a file or folder setting: a non-empty name (``""`` would be the current
+    folder), without surrounding spaces (a quoting slip)."""
+    if not value or value != value.strip():
+        raise ValueError(f"must be a file or folder name, got {shown(value)}")
+    return value
 
 
 def render(value: Any) -> str:
@@ -295,6 +395,31 @@ def fields(cls: type) -> tuple[_Field, ...]:
     return _FIELDS[cls]
 
 
+def usage_error(prog: str, reason: str) -> str:
+    """What a command prints for a usage error: one line saying what is wrong, one line pointing to
+    ``--help`` (the usage block would bury the reason)."""
+    return f"{prog}: error: {' '.join(reason.split())}\nTry '{prog} --help' for more information.\n"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``argparse`` parser whose errors are `usage_error`'s two lines (exit status 2), and which
+    suggests the closest option for a misspelt one."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            message += self._suggestion(message.removeprefix("unrecognized arguments: ").split())
+        self.exit(2, usage_error(self.prog, message))
+
+    def _suggestion(self, words: list[str]) -> str:
+        known = [flag for action in self._actions for flag in action.option_strings]
+        for word in words:
+            if word.startswith("--"):
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.6)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CommandConfig:
     """Base of the configuration of every ``imle-solvers`` command.
@@ -342,6 +467,14 @@ class CommandConfig:
         """The text of ``--help`` below the options: `epilog` (a subclass may add what it generates)."""
         return cls.epilog
 
+    def interrupted(self, done: int) -> str:
+        """The line a command ends with on Ctrl-C, when ``done`` runs had finished (and were printed)."""
+        return (
+            f"interrupted: {done} finished run(s), printed above"
+            if done
+            else "interrupted: no run had finished"
+        )
+
     def replace(self: C, **changes: Any) -> C:
         """A copy with some fields changed (checked again)."""
         return dataclasses.replace(self, **changes)
@@ -353,7 +486,7 @@ class CommandConfig:
     @classmethod
     def parser(cls) -> argparse.ArgumentParser:
         """The command's parser, generated from the fields."""
-        parser = argparse.ArgumentParser(
+        parser = Parser(
             prog=f"imle-solvers {cls.command}",
             description=cls.description,
             epilog=cls.help_epilog() or None,
@@ -390,7 +523,8 @@ class CommandConfig:
     def from_argv(cls: type[C], argv: Sequence[str]) -> C:
         """Parse and check ``argv``: the configuration, with the machine checked too (`preflight`).
 
-        Any error prints the usage and one line, and exits with status 2 (``SystemExit``), before any work.
+        Any error prints one line and a pointer to ``--help`` (`usage_error`) and exits with status 2
+        (``SystemExit``), before any work.
         """
         parser = cls.parser()
         args = vars(parser.parse_args(list(argv)))
@@ -410,13 +544,6 @@ class CommandConfig:
 
 
 # --- the run settings every command shares ---------------------------------------------------------------
-
-
-def seed_value(value: Any) -> int:
-    """The constraint of a seed: an integer in ``[0, 2**32)`` (what ``torch.manual_seed`` and NumPy take)."""
-    if not 0 <= value < 2**32:  # not in_range: its message would print 2**32 as 4.29497e+09
-        raise ValueError(f"must be an integer in [0, 2**32), got {value!r}")
-    return int(value)
 
 
 def _shared(default: Any, help: Text, **kwargs: Any) -> Any:
@@ -452,7 +579,7 @@ class OnDevice(CommandConfig):
 class Threaded(CommandConfig):
     """A command that sets torch's CPU threads for its run (restored afterwards): ``--threads``."""
 
-    threads: int = _shared(1, "torch CPU threads during the run", check=count)
+    threads: int = _shared(1, f"torch CPU threads during the run (at most {THREADS_MAX})", check=thread_count)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -462,10 +589,28 @@ class Written(CommandConfig):
     out: str | None = _shared(
         None,
         "write the results to this folder (results.json, results.md, the figures, and runs/<run>.json as "
-        "each run finishes)",
+        "each run finishes; an earlier run's results there are replaced)",
         metavar="DIR",
+        check=path_text,
         default_text="none: nothing is written",
     )
+
+    def written(self, files: str) -> str:
+        """The line a finished command ends with: where ``files`` (``"results.json and results.md"``)
+        were written, or how to keep them."""
+        if self.out is None:
+            return f"nothing written (add --out DIR to keep {files})"
+        return f"wrote {files} to {self.out}"
+
+    def interrupted(self, done: int) -> str:
+        """Where the finished runs are kept (or how to keep them next time)."""
+        if self.out is None:
+            kept = " (add --out DIR to keep them)" if done else ""
+            return super().interrupted(done) + kept
+        if not done:
+            return f"interrupted: no run had finished; {self.out} left as it was"
+        runs, results = os.path.join(self.out, "runs"), os.path.join(self.out, "results.json")
+        return f"interrupted: {done} finished run(s) kept in {runs} (summary in {results})"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,15 +4,22 @@ Every command reports one record per finished run (a dataclass: ``TrainRun``, ``
 ``ToyRow``), whose ``key`` names its file. A [`Summary`][imle_solvers.app.results.Summary] groups the
 records (by method, say) and gives each metric as two numbers, ``{metric}_mean`` and ``{metric}_std``
 (the sample standard deviation over the group, 0 for one run); the Markdown table shows them as
-``mean ± std``. [`ResultWriter`][imle_solvers.app.results.ResultWriter] writes an output folder:
+``mean ± std``, and the mean alone for a group of one run.
+[`ResultWriter`][imle_solvers.app.results.ResultWriter] writes an output folder:
 
 ```text
 runs/<key>.json   one finished run each, written as soon as it finishes
 results.json      the command, the resolved configuration, "complete" (false when interrupted),
-                  the summary and every run (and what else the command keeps)
+                  the summary, every run, the names of the figures (and what else the command keeps)
 results.md        the summary table and the command that reproduces it
 *.png             the command's figures (when matplotlib is installed)
 ```
+
+A folder describes one run. When a run writes its first file into a folder that holds the results of an
+earlier run, the earlier run's files are removed first: ``results.json``, ``results.md``, every
+``runs/*.json`` written by a command (a JSON file with the command line and the run) and the figures
+its ``results.json`` names; any other file is kept. A run interrupted before its first result leaves
+the folder as it was.
 
 Every file is written to a uniquely named temporary file in the same folder and renamed into place
 (``os.replace``), so an interruption leaves the previous file or the new one, never a truncated one, and
@@ -45,6 +52,7 @@ __all__ = [
     "atomic_path",
     "atomic_write_json",
     "atomic_write_text",
+    "earlier_results",
     "to_json",
 ]
 
@@ -187,15 +195,60 @@ class Summary:
         return rows
 
     def table(self, records: Sequence[Any]) -> str:
-        """The rows as a Markdown table, ``mean ± std`` per metric."""
+        """The rows as a Markdown table, ``mean ± std`` per metric (the mean alone for a group of one
+        record, whose spread is unknown, not 0)."""
         cells = []
         for row in self.rows(records):
             cell: dict[str, Any] = {k: row[k] for k in (*self.by, self.count)}
+            several = row[self.count] > 1
             for m in self.metrics:
                 mean = f"{row[f'{m.key}_mean']:.{m.digits}f}"
-                cell[m.label] = f"{mean} ± {row[f'{m.key}_std']:.{m.digits}f}" if m.spread else mean
+                spread = m.spread and several
+                cell[m.label] = f"{mean} ± {row[f'{m.key}_std']:.{m.digits}f}" if spread else mean
             cells.append(cell)
         return format_table(cells)
+
+
+def _ours(path: Path) -> dict[str, Any] | None:
+    """The content of a JSON file a command wrote (an object with its ``command`` line), else ``None``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            content = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if isinstance(content, dict) and str(content.get("command", "")).startswith("imle-solvers "):
+        return content
+    return None
+
+
+def earlier_results(folder: str | os.PathLike[str]) -> list[Path]:
+    """The files of an earlier command run in ``folder`` (see the module docstring): its
+    ``results.json`` and ``results.md``, the ``runs/*.json`` a command wrote, and the figures its
+    ``results.json`` names. Files it cannot read as a command's are not among them."""
+    folder = Path(folder)
+    found: list[Path] = []
+    summary = _ours(folder / "results.json")
+    if summary is not None:
+        found.append(folder / "results.json")
+        names = summary.get("figures", [])
+        for name in names if isinstance(names, list) else []:
+            figure = folder / str(name)
+            if figure.parent == folder and figure.is_file():  # a plain name in the folder, nothing else
+                found.append(figure)
+    markdown = folder / "results.md"
+    try:
+        lines = markdown.read_text(encoding="utf-8").strip().splitlines()
+    except (OSError, ValueError):
+        lines = []
+    if lines and lines[-1].startswith("Command: `imle-solvers "):
+        found.append(markdown)
+    runs = folder / "runs"
+    if runs.is_dir():
+        for path in sorted(runs.glob("*.json")):
+            content = _ours(path)
+            if content is not None and "run" in content:
+                found.append(path)
+    return found
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
@@ -229,9 +282,29 @@ class ResultWriter:
 
     def __init__(self, folder: Path, command: str, config: dict[str, Any]) -> None:
         self.folder, self.command, self.config = Path(folder), command, to_json(config)
+        self.replaced: list[Path] | None = None
+        """The files of an earlier run removed before this run's first write (``None`` until then)."""
+
+    def replace_earlier(self) -> list[Path]:
+        """Remove the files of an earlier run (see the module docstring), once, before this run's first
+        write; returns them. Called by `add` and `finish`."""
+        if self.replaced is not None:
+            return self.replaced
+        found = earlier_results(self.folder)
+        for path in found:
+            path.unlink(missing_ok=True)
+        if found:
+            print(
+                f"{self.folder}: replacing the results of an earlier run ({len(found)} file(s))",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.replaced = found
+        return found
 
     def add(self, record: Record) -> Path:
         """Write ``runs/<key>.json`` of a finished run; returns its path."""
+        self.replace_earlier()
         path = self.folder / "runs" / f"{record.key}.json"
         path.parent.mkdir(exist_ok=True)
         atomic_write_json(path, {"command": self.command, "config": self.config, "run": record})
@@ -253,8 +326,9 @@ class ResultWriter:
         """
         from ..errors import MissingExtraError
 
+        self.replace_earlier()
         payload = {"command": self.command, "config": self.config, "complete": complete}
-        payload.update(summary=summary, runs=list(runs), **(extra or {}))
+        payload.update(summary=summary, runs=list(runs), figures=[name for name, _ in plots], **(extra or {}))
         written = [self.folder / "results.json", self.folder / "results.md"]
         atomic_write_json(written[0], payload)
         note = "" if complete else "\n\nInterrupted: only the runs above had finished."

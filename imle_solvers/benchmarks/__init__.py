@@ -14,9 +14,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from .._checks import integer_at_least, positive, positive_int
 from ..app.command import Command
-from ..app.config import OnDevice, inherit, option
+from ..app.config import OnDevice, count, count_at_least, inherit, option, path_text, positive_number
 from ..app.report import format_table
 from ..app.results import atomic_write_json
 from ..errors import ConfigError, OutputError
@@ -65,18 +64,6 @@ def _suite_listing() -> str:
     width = max(len(name) for name in SUITES)
     listing = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in SUITES.items())
     return f"suites:\n{listing}\n  {'all':<{width}}  every suite above, one after the other"
-
-
-def _json_path(value: str) -> str:
-    if not value:
-        raise ValueError("must be a file name, got ''")
-    return value
-
-
-def _folder(value: str) -> str:
-    if not value:
-        raise ValueError("must be a folder, got ''")
-    return value
 
 
 WARCRAFT_OPTIONS = ("full", "epochs", "maps", "data", "size", "device", "compile", "amp", "time_limit")
@@ -142,36 +129,36 @@ examples:
     )
     quick: bool = option(False, "fewer repetitions: a smoke run in seconds")
     json: str | None = option(
-        None, "also write the rows to this JSON file", metavar="PATH", check=_json_path, default_text="none"
+        None, "also write the rows to this JSON file", metavar="PATH", check=path_text, default_text="none"
     )
     full: bool = option(False, "warcraft: all 50 epochs on 10,000 maps, then the test accuracy")
     epochs: int | None = option(
         None,
         "warcraft: epochs to run",
-        check=lambda v: positive_int("", v),
+        check=count,
         default_text="2; 1 with --quick; 50 with --full",
     )
     maps: int | None = option(
         None,
         "warcraft: training maps per epoch (fewer than 10,000: the epoch is projected)",
-        check=lambda v: positive_int("", v),
+        check=count,
         default_text="10000 on a GPU, 350 on the CPU",
     )
     data: str | None = option(
         None,
         "warcraft: the folder of the published files (DIR or DIR/KxK)",
         metavar="DIR",
-        check=_folder,
+        check=path_text,
         default_text="none: generated maps",
     )
-    size: int = option(30, "warcraft: grid size K", check=lambda v: integer_at_least("", v, 2))
+    size: int = option(30, "warcraft: grid size K", check=count_at_least(2))
     device: str = inherit("device", "auto")
     compile: str = option("auto", "warcraft: as train --compile", choices=COMPILE)
     amp: str = option("auto", "warcraft: as train --amp", choices=AMP)
     time_limit: float | None = option(
         None,
         "warcraft: stop after the epoch that passes this many seconds of training; project the rest",
-        check=lambda v: positive("", v),
+        check=positive_number,
         metavar="SECONDS",
         default_text="none",
     )
@@ -194,6 +181,18 @@ examples:
                     raise ConfigError(f"applies to the warcraft suite only, got suite {self.suite!r}", name)
         if self.problem != "shortest-path" and self.suite not in ("pto", "all"):
             raise ConfigError(f"applies to the pto suite only, got suite {self.suite!r}", "problem")
+
+    def interrupted(self, done: int) -> str:
+        """What Ctrl-C leaves: the finished suites' tables (printed), and their rows in ``--json``."""
+        if self.json is None:
+            if not done:
+                return "interrupted: no suite had finished"
+            return (
+                f"interrupted: {done} finished suite(s), printed above (add --json PATH to keep their rows)"
+            )
+        if not done:
+            return f"interrupted: no suite had finished; {self.json} left as it was"
+        return f"interrupted: {done} finished suite(s), printed above; their rows are in {self.json}"
 
     def suite_options(self, suite: str) -> dict[str, Any]:
         """The keyword arguments of ``suite``'s ``run`` besides ``quick`` (the warcraft options)."""

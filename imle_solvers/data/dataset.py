@@ -10,7 +10,14 @@ from torch.utils.data import Dataset
 
 from ..oracle import MapOracle, map_solve, sense_sign
 
-__all__ = ["PTODataset", "solve_optimal", "spo_costs"]
+__all__ = ["DEG_MAX", "PTODataset", "solve_optimal", "spo_costs"]
+
+DEG_MAX = 69
+"""The largest degree of the SPO cost model whose costs the float32 data hold: the model's smallest
+cost, ``3.5^-deg`` (its ``+ 1`` term), is a normal float32 number up to degree 69 (``3.5^-69 ≈ 2.9e-38``,
+``3.5^-70 ≈ 8.2e-39`` is below float32's smallest normal number). Beyond, small costs lose their
+precision and then become zero; from about degree 130 the largest costs of a data set of a few thousand
+instances overflow float32 to infinity, and from degree 567 ``3.5^deg`` overflows float64 itself."""
 
 
 def solve_optimal(oracle: MapOracle, costs: torch.Tensor, batch: int = 4096) -> torch.Tensor:
@@ -113,7 +120,8 @@ def spo_costs(x: np.ndarray, basis: np.ndarray, deg: int, eps: np.ndarray) -> np
     basis
         ``(d, p)`` 0/1 matrix B.
     deg
-        Polynomial degree (model misspecification for a linear predictor grows with it).
+        Polynomial degree (model misspecification for a linear predictor grows with it), at most
+        `DEG_MAX`.
     eps
         ``(n, d)`` multiplicative noise ``ε ~ U[1 − ē, 1 + ē]``.
 
@@ -122,5 +130,7 @@ def spo_costs(x: np.ndarray, basis: np.ndarray, deg: int, eps: np.ndarray) -> np
     Elmachtoub & Grigas, "Smart 'Predict, then Optimize'", Management Science 68(1), 2022,
     <https://arxiv.org/abs/1710.08005>.
     """
+    if not 1 <= deg <= DEG_MAX:
+        raise ValueError(f"deg must be in [1, {DEG_MAX}] (the costs must fit float32), got {deg!r}")
     p = x.shape[1]
     return ((x @ basis.T / np.sqrt(p) + 3.0) ** deg + 1.0) / 3.5**deg * eps  # [n, d]

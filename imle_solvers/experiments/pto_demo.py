@@ -22,9 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from ..app.command import Command
-from ..app.config import RunSettings, count, inherit, option
+from ..app.config import RunSettings, count, option
+from ..data.dataset import DEG_MAX
 from ..training import TrainConfig, TrainRun
 from ..training import run as train
+from ..training.config import cost_degree
 from ..training.results import SUMMARY
 
 __all__ = ["COMMAND", "METHODS", "DemoConfig", "main", "run"]
@@ -66,11 +68,12 @@ class DemoConfig(RunSettings):
 
     epochs: int = option(10, "training epochs of each method", check=count)
     deg: int = option(
-        4, "polynomial degree of the cost model (higher: a linear model fits worse)", check=count
+        4,
+        f"polynomial degree of the cost model (higher: a linear model fits worse; at most {DEG_MAX})",
+        check=cost_degree,
     )
     n_train: int = option(1000, "training instances", check=count)
     n_test: int = option(1000, "test instances", check=count)
-    out: str = inherit("out", os.path.join("runs", "demo"))
 
     def train_config(self) -> TrainConfig:
         """The [`TrainConfig`][imle_solvers.training.TrainConfig] of the demo: ``imle-solvers train`` with
@@ -126,10 +129,13 @@ def _show(config: DemoConfig, outcome: tuple[list[TrainRun], float]) -> None:
     print(format_table(rows))
     best = min(results, key=lambda r: r.regret)
     print(f"\nbest: {best.method} (regret {best.regret:.4f}); {seconds:.1f} s in all")
-    png = os.path.join(config.out, "curves.png")
-    if os.path.exists(png):
-        print(f"learning curves: {os.path.abspath(png)}")
-    print(f"results: {os.path.abspath(os.path.join(config.out, 'results.json'))}")
+    if config.out is None:
+        print("nothing written (add --out DIR for results.json and the learning curves, curves.png)")
+    else:
+        png = os.path.join(config.out, "curves.png")
+        if os.path.exists(png):
+            print(f"learning curves: {os.path.abspath(png)}")
+        print(f"results: {os.path.abspath(os.path.join(config.out, 'results.json'))}")
     print("More: imle-solvers train --help (all methods, several seeds, JSON and learning curves).")
 
 

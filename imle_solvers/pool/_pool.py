@@ -23,6 +23,7 @@ import numpy as np
 from .._checks import non_negative, non_negative_int, one_of, positive, positive_int
 from ..errors import InvalidWeightsError, SolverTimeoutError
 from ..oracle import MapOracle, TorchOracle, check_oracle
+from ._address import scheduler_address
 from ._backends import BACKENDS, Backend, make_runner
 from ._plan import (
     Decision,
@@ -126,7 +127,8 @@ class SolverPool:
     max_cached_oracles
         Oracles each worker process keeps unpickled.
     dask_address
-        Scheduler address (``"tcp://host:8786"``) for the Dask backend.
+        Scheduler address (``"tcp://host:8786"``, ``tls://``; ``host:8786`` is ``tcp://``) for the Dask
+        backend; a malformed one is a ``ValueError`` here, before anything connects.
     client
         An existing ``distributed.Client`` for the Dask backend (left open on
         [`close`][imle_solvers.pool.SolverPool.close]).
@@ -214,6 +216,11 @@ class SolverPool:
         self.start_method = start_method
         self.worker_threads = positive_int("worker_threads", worker_threads)
         self.max_cached_oracles = positive_int("max_cached_oracles", max_cached_oracles)
+        if dask_address is not None:
+            try:
+                scheduler_address(dask_address)
+            except ValueError as exc:
+                raise ValueError(f"dask_address {exc}") from None
         self.dask_address = dask_address
         self.last_plan: PoolPlan | None = None
         """How the last call ran and why."""

@@ -33,8 +33,7 @@ def _show(config: TrainConfig, outcome: tuple[list[TrainRun], float]) -> None:
     plan = config.plan()  # resolved by the run already
     print(f"\n{plan.title}, {len(plan.seeds)} seed(s), {seconds:.1f} s in all\n")
     print(SUMMARY.table(results))
-    if config.out is not None:
-        print(f"\nwrote {config.out}/results.json, results.md and curves.png (runs in {config.out}/runs)")
+    print("\n" + config.written("results.json, results.md, curves.png and runs/"))
 
 
 COMMAND = Command(TrainConfig, _run, _show, SUMMARY)

@@ -13,9 +13,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from .._checks import in_range, integer_at_least, non_negative_int, positive
-from ..app.config import RunSettings, count, option
+from .._checks import in_range
+from ..app.config import (
+    RunSettings,
+    count,
+    count_at_least,
+    non_negative_count,
+    option,
+    path_text,
+    positive_number,
+    shown,
+)
+from ..data.dataset import DEG_MAX
 from ..errors import ConfigError
+from ..pool._address import scheduler_address
+from .distributed import DIST_TIMEOUT_RANGE
 from .methods import METHODS
 from .plan import SCHEDULES, TrainPlan, resolve
 from .problems import DEFAULTS, IMAGE_PROBLEMS, MODELS, PROBLEMS, SCHEDULE_DEFAULTS
@@ -50,10 +62,21 @@ CHANNELS_LAST = ("auto", "on", "off")
 for the CNNs on CUDA, ``off`` otherwise."""
 
 
-def _address(value: str) -> str:
-    if not value.strip() or any(c.isspace() for c in value):
-        raise ValueError(f"must be a scheduler address such as tcp://host:8786, got {value!r}")
-    return value
+def cost_degree(value: int) -> int:
+    """The constraint of ``deg``: a count of at most [`DEG_MAX`][imle_solvers.data.dataset.DEG_MAX]
+    (the costs of the PyEPO cost model must fit the float32 data)."""
+    deg = count(value)
+    if deg > DEG_MAX:
+        raise ValueError(f"must be at most {DEG_MAX} (the cost model's costs must fit float32), got {deg}")
+    return deg
+
+
+def _dist_timeout(value: float) -> float:
+    """The constraint of ``dist_timeout``: seconds in `DIST_TIMEOUT_RANGE`."""
+    low, high = DIST_TIMEOUT_RANGE
+    if not low <= value <= high:  # nan too
+        raise ValueError(f"must be in [{low:g}, {high:g}] seconds (a second to a week), got {shown(value)}")
+    return float(value)
 
 
 def _per_problem(field: str, schedule_index: int | None = None) -> str:
@@ -71,12 +94,6 @@ def _text(value: Any) -> str:
     if isinstance(value, tuple):
         return " ".join(str(v) for v in value) or "none"
     return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _folder_name(value: str) -> str:
-    if not value:
-        raise ValueError("must be a folder, got ''")
-    return value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,7 +131,8 @@ class TrainConfig(RunSettings):
     n_test
         Test instances (with ``data``: default all the maps of the test files).
     deg
-        Polynomial degree of the cost model of the PyEPO problems.
+        Polynomial degree of the cost model of the PyEPO problems, at most
+        [`DEG_MAX`][imle_solvers.data.dataset.DEG_MAX] (the costs must fit float32).
     noise_width
         Half-width ē of their multiplicative noise.
     samples
@@ -174,7 +192,8 @@ class TrainConfig(RunSettings):
         Progress bars and a line per finished run.
     dist_timeout
         Under ``torchrun``: seconds a training process waits for the others in one collective before it
-        fails (a process that stops answering cannot hang the others).
+        fails (a process that stops answering cannot hang the others), in
+        [`DIST_TIMEOUT_RANGE`][imle_solvers.training.distributed.DIST_TIMEOUT_RANGE]: a second to a week.
 
     References
     ----------
@@ -224,7 +243,7 @@ examples:
     lr: float | None = option(
         None,
         "Adam learning rate",
-        check=lambda v: positive("", v),
+        check=positive_number,
         default_text=lambda: _per_problem("lr", 2),
     )
     schedule: str | None = option(
@@ -257,7 +276,7 @@ examples:
         check=count,
         default_text=lambda: _per_problem("n_test") + "; with --data all the test maps",
     )
-    deg: int = option(1, "polynomial degree of the cost model", check=count)
+    deg: int = option(1, f"polynomial degree of the cost model (at most {DEG_MAX})", check=cost_degree)
     noise_width: float = option(
         0.5, "ē, the half-width of the multiplicative noise", check=lambda v: in_range("", v, 0, 1)
     )
@@ -267,7 +286,7 @@ examples:
     size: int = option(
         12,
         "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
-        check=lambda v: integer_at_least("", v, 2),
+        check=count_at_least(2),
     )
     nodes: int = option(
         20, "number of nodes of tsp (PyEPO's default)", check=lambda v: integer_at_least("", v, 3)
@@ -283,7 +302,7 @@ examples:
         "warcraft: the folder of the published files {train,test}_{maps,shortest_paths,vertex_weights}.npy, "
         "DIR or DIR/KxK (the val files are not used)",
         metavar="DIR",
-        check=_folder_name,
+        check=path_text,
         default_text="none: generated terrain maps",
     )
     model: str | None = option(
@@ -294,18 +313,18 @@ examples:
         default_text=lambda: _per_problem("model"),
     )
     noise: str = option("sog", "I-MLE perturbation: SumOfGamma (κ from the oracle) or Gumbel", choices=NOISES)
-    tau: float = option(1.0, "temperature τ of the I-MLE noise", check=lambda v: positive("", v))
-    lam: float = option(10.0, "λ of the PID target of imle-pid (eq. 8)", check=lambda v: positive("", v))
+    tau: float = option(1.0, "temperature τ of the I-MLE noise", check=positive_number)
+    lam: float = option(10.0, "λ of the PID target of imle-pid (eq. 8)", check=positive_number)
     bb_loss: str | None = option(
         None, "loss behind the dbb layer", choices=BB_LOSSES, default_text=lambda: _per_problem("bb_loss")
     )
     workers: int = option(
-        0, "solver pool processes (0: solve in the training process)", check=lambda v: non_negative_int("", v)
+        0, "solver pool processes (0: solve in the training process)", check=non_negative_count
     )
     dask_address: str | None = option(
         None,
         "solve on the workers of this Dask cluster instead (its scheduler address, e.g. tcp://host:8786)",
-        check=_address,
+        check=scheduler_address,
         metavar="ADDRESS",
         default_text="none",
     )
@@ -335,8 +354,9 @@ examples:
     )
     dist_timeout: float = option(
         300.0,
-        "under torchrun: seconds a training process waits for the others before it fails",
-        check=lambda v: positive("", v),
+        "under torchrun: seconds a training process waits for the others before it fails (1 to 604800: "
+        "a second to a week)",
+        check=_dist_timeout,
         metavar="SECONDS",
     )
 

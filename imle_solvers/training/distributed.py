@@ -47,22 +47,32 @@ Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Train
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import datetime
+import hashlib
+import json
 import os
-from collections.abc import Iterable
+import re
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from .._checks import in_range
 from ..app.machine import resolve_device
-from ..errors import ConfigError
+from ..errors import ConfigError, DistributedError, ImleSolversError
 from ..noise import NoiseDistribution
 from ..perturb_and_map import PerturbAndMAPLayer
 from .methods import scale_grad
 
 __all__ = [
+    "DIST_TIMEOUT_RANGE",
     "DistributedContext",
     "GlobalBatchNoise",
     "Shard",
@@ -70,10 +80,18 @@ __all__ = [
     "is_main_process",
     "local_rank",
     "planned_world_size",
+    "process_failures",
     "process_group",
     "shard_noise",
     "share",
 ]
+
+
+DIST_TIMEOUT_RANGE = (1.0, 7 * 24 * 3600.0)
+"""Seconds ``dist_timeout`` may take, from a second to a week. Below a second, the start-up rendezvous
+itself fails whenever one process imports torch a little later than another (and gloo counts in whole
+milliseconds: ``1e-9`` would be no wait at all); a wait of more than a week is a hang, not a wait, and
+much longer ones overflow the C++ clocks of the collectives (which then time out at once)."""
 
 
 def _env_int(name: str, default: int) -> int:
@@ -227,6 +245,38 @@ class DistributedContext:
         """What ``results.json`` records of the run's processes."""
         return {"world_size": self.world_size, "backend": self.backend, "device": str(self.device)}
 
+    def agree(self, settings: Mapping[str, Any]) -> None:
+        """Check that every process holds the same ``settings`` (one all-gather of each process's hash
+        and settings, before any work): processes of one job started with different settings would
+        train something no single run trains.
+
+        Raises
+        ------
+        ConfigError
+            On every process alike, naming the first setting that differs (its field) and the values of
+            rank 0 and of the first process that differs.
+        """
+        import torch.distributed as dist
+
+        mine = dict(settings)
+        digest = hashlib.sha256(json.dumps(mine, sort_keys=True, default=str).encode()).hexdigest()
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, (digest, mine))
+        first_digest, first = gathered[0]
+        for rank, (other_digest, other) in enumerate(gathered):
+            if other_digest == first_digest:
+                continue
+            missing = object()
+            key = next(
+                k for k in dict.fromkeys([*first, *other]) if first.get(k, missing) != other.get(k, missing)
+            )
+            raise ConfigError(
+                f"differs between the training processes: rank 0 has {_setting(first.get(key))}, rank "
+                f"{rank} has {_setting(other.get(key))} (start every process of the job with the same "
+                f"settings)",
+                key,
+            )
+
 
 def process_group(device: str | torch.device, timeout: float) -> DistributedContext | None:
     """The [`DistributedContext`][imle_solvers.training.distributed.DistributedContext] of this process,
@@ -246,6 +296,7 @@ def process_group(device: str | torch.device, timeout: float) -> DistributedCont
     """
     import torch.distributed as dist
 
+    in_range("timeout", timeout, *DIST_TIMEOUT_RANGE, closed="[]")
     rank_here = local_rank()
     if not _initialized():
         world = planned_world_size()
@@ -257,7 +308,8 @@ def process_group(device: str | torch.device, timeout: float) -> DistributedCont
         if dev.type == "cuda":
             torch.cuda.set_device(dev)
         backend = "nccl" if dev.type == "cuda" else "gloo"
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))  # env:// rendezvous
+        with _c10d_log_kept_on_failure():
+            dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))  # env://
         atexit.register(_destroy)
     world = int(dist.get_world_size())
     if world <= 1:
@@ -267,6 +319,142 @@ def process_group(device: str | torch.device, timeout: float) -> DistributedCont
     if backend == "nccl" and dev.type != "cuda":
         raise ConfigError("cannot train on the CPU with an nccl process group", "device")
     return DistributedContext(int(dist.get_rank()), world, rank_here, backend, dev)
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value) or "none"
+    return "none" if value is None else str(value)
+
+
+_TIMED_OUT = re.compile(r"timed out|timeout", re.I)
+_PEER_GONE = re.compile(
+    r"connection (reset|closed|refused)|broken pipe|end of file|\beof\b|socket closed|peer", re.I
+)
+
+
+def _detail(error: BaseException) -> str:
+    """The first line of torch's message without its source location (``[.../pair.cc:537] ``)."""
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    text = re.sub(r"^\[[^\]]*\]\s*", "", lines[0].strip())
+    text = text.split(". This is typically caused")[0]  # gloo's advice to read the other logs
+    return text if len(text) <= 160 else text[:159] + "…"
+
+
+def peer_failure(error: BaseException, timeout: float, *, starting: bool = False) -> DistributedError | None:
+    """The [`DistributedError`][imle_solvers.errors.DistributedError] that ``error`` means, or ``None``
+    when it is not a failure of the process group.
+
+    ``starting``: raised while the processes meet (the rendezvous and the settings check), where a
+    time-out means a process never arrived. Failures are told apart by torch's error type
+    (``torch.distributed.DistError``) or, for errors gloo raises through autograd as plain
+    ``RuntimeError``, by gloo's or NCCL's message.
+    """
+    import torch.distributed as dist
+
+    text = str(error)
+    ours = isinstance(error, getattr(dist, "DistError", ())) or (
+        isinstance(error, RuntimeError) and re.search(r"gloo|nccl|c10d|ProcessGroup", text, re.I) is not None
+    )
+    if not ours:
+        return None
+    world = planned_world_size()
+    who = f"training process {_env_int('RANK', 0)} of {world}"
+    detail = _detail(error)
+    if starting and (isinstance(error, getattr(dist, "DistStoreError", ())) or _TIMED_OUT.search(text)):
+        return DistributedError(
+            f"{who}: the other training processes did not all arrive within --dist-timeout {timeout:g} s; "
+            f"were all {world} started, with the same MASTER_ADDR and MASTER_PORT? ({detail})",
+            "missing",
+        )
+    if starting and isinstance(error, getattr(dist, "DistNetworkError", ())):
+        return DistributedError(
+            f"{who}: cannot reach the rendezvous of the training processes; were all {world} started, "
+            f"with the same MASTER_ADDR and MASTER_PORT? ({detail})",
+            "missing",
+        )
+    if _TIMED_OUT.search(text):
+        return DistributedError(
+            f"{who}: another training process did not answer within --dist-timeout {timeout:g} s, so "
+            f"this one stops too ({detail})",
+            "timed out",
+        )
+    if _PEER_GONE.search(text):
+        return DistributedError(
+            f"{who}: another training process stopped (it died or was killed), so this one stops too "
+            f"({detail})",
+            "died",
+        )
+    return DistributedError(f"{who}: the process group failed ({detail})", "failed")
+
+
+@contextlib.contextmanager
+def process_failures(timeout: float, *, starting: bool = False) -> Iterator[None]:
+    """Turn what ends a process of a data-parallel run into one
+    [`DistributedError`][imle_solvers.errors.DistributedError] (see `peer_failure`): a failed collective,
+    and ``SIGTERM`` (``torchrun`` stops every process when one fails), which would otherwise end the
+    process silently or with a traceback of gloo. Where the process has its own ``SIGTERM`` handler it
+    is left alone. Once a failure leaves the block, ``SIGTERM`` stays ignored: the process is ending,
+    and torchrun's signal must not cut its line short (torchrun's ``SIGKILL`` still ends it)."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        yield
+    except Exception as exc:
+        typed = isinstance(exc, ImleSolversError)  # a refused setting, a solver's error: one line too
+        failure = exc if typed else peer_failure(exc, timeout, starting=starting)
+        if failure is None:
+            raise
+        if previous is not None:  # the process is ending with its one line: torchrun's SIGTERM must
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # not cut it short (its SIGKILL still would)
+            previous = None
+        if failure is exc:
+            raise
+        raise failure from exc
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    world = planned_world_size()
+    raise DistributedError(
+        f"training process {_env_int('RANK', 0)} of {world}: stopped by SIGTERM (torchrun stops every "
+        f"training process when one of them fails: that one's error says why)",
+        "stopped",
+    )
+
+
+@contextlib.contextmanager
+def _c10d_log_kept_on_failure() -> Iterator[None]:
+    """Hold back what C++ writes to the standard error while the processes meet: c10d logs every failed
+    try to reach the rendezvous with a C++ stack, which a failure here replaces by its one line
+    (`peer_failure`). On success what was written is passed on."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no standard error to hold back
+        yield
+        return
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if not failed:
+                held.seek(0)
+                text = held.read()
+                if text:
+                    sys.stderr.write(text.decode(errors="replace"))
+                    sys.stderr.flush()
 
 
 def _destroy() -> None:

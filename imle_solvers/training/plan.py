@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from .config import TrainConfig
 
 __all__ = [
+    "PROCESS_SETTINGS",
     "SCHEDULES",
     "Compile",
     "DataPlan",
@@ -59,6 +60,7 @@ __all__ = [
     "bf16_supported",
     "recording_blocker",
     "resolve",
+    "steps_text",
 ]
 
 SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]]] = {
@@ -68,6 +70,15 @@ SCHEDULES: dict[str, tuple[int | None, int | None, float | None, tuple[int, ...]
 """``--schedule``: name → (epochs, batch size, lr, epochs after which the lr is divided by 10); ``None``
 leaves the problem's default. ``paper``: the Warcraft protocol of Vlastelica et al. used by the I-MLE
 paper (appendix, "Differentiating through Combinatorial Solvers")."""
+
+
+PROCESS_SETTINGS = frozenset(
+    {"device", "threads", "workers", "dask_address", "out", "show_progress", "cache", "data", "dist_timeout"}
+)
+"""The settings each process of a ``torchrun`` job may choose for itself: its CUDA device, CPU threads,
+solver pool, output (rank 0 alone writes and prints), the cache and the path of the data files (another
+machine may mount them elsewhere; their counts are compared), and its time-out. Every other setting
+must be the same in every process."""
 
 
 class Compile(str, enum.Enum):
@@ -92,6 +103,27 @@ class Compile(str, enum.Enum):
     def compiles(self) -> bool:
         """Whether the model is compiled by ``torch.compile``."""
         return self in (Compile.MODEL, Compile.MODEL_GRAPH)
+
+    @property
+    def words(self) -> str:
+        """How a run's line says it: ``eager steps``, ``steps replayed from a CUDA graph``, …"""
+        return {
+            Compile.OFF: "eager steps",
+            Compile.GRAPH: "steps replayed from a CUDA graph",
+            Compile.MODEL: "eager steps, model compiled by torch.compile",
+            Compile.MODEL_GRAPH: "steps replayed from a CUDA graph, model compiled by torch.compile",
+        }[self]
+
+
+def steps_text(step: str) -> str:
+    """A run's ``step`` (``off``, ``graph``, …, or ``off (why the graph fell back)``) in words:
+    `Compile.words`, then the reason where there is one."""
+    mode, _, why = step.partition(" ")
+    try:
+        words = Compile(mode).words
+    except ValueError:
+        return step
+    return f"{words} {why}" if why else words
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -256,6 +288,15 @@ class TrainPlan:
         if self.problem == "tsp":
             return f"TSP {self.data.nodes} nodes, deg {self.data.deg}"
         return f"{self.problem}, deg {self.data.deg}"
+
+    @property
+    def job_settings(self) -> dict[str, Any]:
+        """The settings every process of one ``torchrun`` job must share (compared at start-up by
+        [`DistributedContext.agree`][imle_solvers.training.distributed.DistributedContext.agree]):
+        `record` less `PROCESS_SETTINGS`, with the device's type (each process has its own GPU)."""
+        shared = {k: v for k, v in self.record.items() if k not in PROCESS_SETTINGS}
+        shared["device"] = self.device.type
+        return shared
 
     @property
     def settings_text(self) -> str:

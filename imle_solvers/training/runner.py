@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 from ..app.session import Session
 from ..errors import ConfigError, WorkerCrashedError
 from .config import TrainConfig
-from .distributed import DistributedContext, process_group
+from .distributed import DistributedContext, planned_world_size, process_failures, process_group
 from .loop import train_model
-from .plan import TrainPlan
+from .plan import TrainPlan, steps_text
 from .problems import make_problem
 from .results import SUMMARY, TrainRun, plot_curves
 
@@ -44,7 +44,12 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
     Under ``torchrun`` (``WORLD_SIZE`` > 1), or in a process group the caller initialised, the processes
     train one model data-parallel (see [`distributed`][imle_solvers.training.distributed]): each on its
     share of every batch of ``batch_size``, with the result of one process; only rank 0 prints and writes
-    ``out``, and every process returns the runs.
+    ``out``, and every process returns the runs. The processes first compare their settings
+    ([`TrainPlan.job_settings`][imle_solvers.training.plan.TrainPlan.job_settings]): processes started
+    with different ones are refused on each, before any work. After that, a failure of the process group
+    (a process that died, stopped answering, never arrived, or was stopped by torchrun's ``SIGTERM``)
+    ends every process that is left with a
+    [`DistributedError`][imle_solvers.errors.DistributedError] (one line each from the command).
 
     Parameters
     ----------
@@ -60,15 +65,36 @@ def run(config: TrainConfig, on_result: Callable[[TrainRun], None] | None = None
         After writing what had finished (``results.json`` with ``"complete": false``).
     OutputError
         When a result cannot be written; the finished runs were handed to ``on_result``.
+    ConfigError
+        A setting that cannot work here, or, under torchrun, processes started with different settings.
+    DistributedError
+        Under torchrun: the processes could not go on together.
     """
     plan = config.plan()
-    group = process_group(plan.device, plan.dist_timeout)
+    if planned_world_size() == 1:
+        return _run(config, plan, None, on_result)
+    with process_failures(plan.dist_timeout, starting=True):  # a process missing: one line, not a hang
+        group = process_group(plan.device, plan.dist_timeout)
+        if group is not None:
+            group.agree(plan.job_settings)  # processes started with other settings: refused on each
+    with process_failures(plan.dist_timeout):  # a process that dies or stops answering: one line each
+        return _run(config, plan, group, on_result)
+
+
+def _run(
+    config: TrainConfig,
+    plan: TrainPlan,
+    group: DistributedContext | None,
+    on_result: Callable[[TrainRun], None] | None,
+) -> list[TrainRun]:
     main = group is None or group.is_main
     if not main:  # rank 0 alone prints and writes
         plan = dataclasses.replace(plan, out=None, show_progress=False)
     with Session(config, SUMMARY, resolved=dict(plan.record), on_result=on_result, writes=main) as session:
         if main and plan.device.type == "cuda" and not plan.step.compile.records:
-            print(f"steps: {plan.step.compile.value} ({plan.step.reason})", file=sys.stderr, flush=True)
+            step = plan.step  # the reason of auto names the steps already
+            said = step.reason if step.reason.startswith("auto") else f"{step.compile.words} ({step.reason})"
+            print(f"steps: {said}", file=sys.stderr, flush=True)
         _train_all(plan, session, group)
         session.finish(
             markdown=f"{plan.title}, {len(plan.seeds)} seed(s)",
@@ -120,6 +146,6 @@ def _pool(plan: TrainPlan) -> SolverPool | None:
 def _report(result: TrainRun) -> None:
     print(
         f"  {result.method:<10} seed {result.seed}: test regret {result.regret:.4f}, "
-        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch, steps: {result.step}",
+        f"accuracy {result.accuracy:.3f}, {result.epoch_time:.3f} s/epoch, {steps_text(result.step)}",
         flush=True,
     )

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from imle_solvers.app.command import Command
-from imle_solvers.app.config import CommandConfig, integer, number, option
+from imle_solvers.app.config import CommandConfig, Written, integer, number, option
 from imle_solvers.app.machine import check_device, check_output_dir, device_name
 from imle_solvers.app.results import Metric, Summary, to_json
 from imle_solvers.errors import ConfigError, MissingExtraError, OutputError
@@ -68,6 +68,62 @@ def test_a_metric_without_spread_has_no_std_column() -> None:
     ]
 
 
+def test_a_group_of_one_run_shows_no_spread() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Run:
+        method: str
+        x: float
+
+    summary = Summary(by=("method",), metrics=(Metric("x", "x", 2),))
+    table = summary.table([Run("a", 1.0), Run("b", 1.0), Run("b", 2.0)])
+    lines = table.splitlines()
+    assert (
+        "| a " in lines[2] and "1.00 " in lines[2] and "±" not in lines[2]
+    )  # one seed: the spread is unknown
+    assert "| b " in lines[3] and "1.50 ± 0.71" in lines[3]
+    assert summary.rows([Run("a", 1.0)])[0]["x_std"] == 0.0  # the number stays in results.json
+
+
+def test_choices_take_any_case_and_suggest_the_closest() -> None:
+    from imle_solvers.app.config import choose
+    from imle_solvers.training import TrainConfig
+
+    assert TrainConfig(methods=("IMLE-MuMu", "SPO+"), problem="Knapsack").methods == ("imle-mumu", "spo+")
+    assert TrainConfig(problem="KNAPSACK").problem == "knapsack"
+    with pytest.raises(ConfigError, match=r"got 'imle-mumo' \(did you mean 'imle-mumu'\?\)$"):
+        TrainConfig(methods=("imle-mumo",))
+    with pytest.raises(ValueError, match=r"must be one of 'a', 'b', got 'zzz'$"):  # nothing close: no hint
+        choose("zzz", ("a", "b"))
+    with pytest.raises(ValueError, match="got 'AB'"):  # two choices differ only in case: no guess
+        choose("AB", ("ab", "Ab"))
+    assert choose("Ab", ("ab", "Ab")) == "Ab"
+
+
+def test_an_integer_option_without_a_kind_still_fits_64_bits() -> None:
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Bare(CommandConfig):
+        command: ClassVar[str] = "bare"
+        n: int = option(0, "an integer of no particular kind")
+
+    assert Bare(n=-(2**63)).n == -(2**63) and Bare(n=2**63 - 1).n == 2**63 - 1
+    for huge in (2**63, -(2**63) - 1, 10**30):
+        with pytest.raises(ConfigError, match="n must fit in 64 bits"):
+            Bare(n=huge)
+
+
+def test_a_misspelt_option_is_answered_with_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    from imle_solvers.training import TrainConfig
+
+    with pytest.raises(SystemExit) as exc:
+        TrainConfig.from_argv(["--methds", "spo+"])
+    assert exc.value.code == 2
+    first, hint = capsys.readouterr().err.splitlines()
+    assert (
+        first == "imle-solvers train: error: unrecognized arguments: --methds spo+ (did you mean --methods?)"
+    )
+    assert hint == "Try 'imle-solvers train --help' for more information."
+
+
 # --------------------------------------------------------------------------- the machine
 @pytest.mark.parametrize("value", ["cpu:1", "cuda:x", "cuda:", "auto:0", "gpu", "CUDA", ""])
 def test_device_names_are_cpu_cuda_cuda_n_or_auto(value: str) -> None:
@@ -113,10 +169,9 @@ def test_an_output_folder_below_a_file_is_refused(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- Command.main
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class _Config(CommandConfig):
+class _Config(Written):
     command: ClassVar[str] = "probe"
     count: int = option(1, "how many")
-    out: str | None = option(None, "where", metavar="DIR")
 
 
 def _main(run: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -142,7 +197,10 @@ def test_a_configuration_error_found_while_running_exits_2(capsys: pytest.Captur
         raise ConfigError("must be 3 here, got 1", "count")  # e.g. files found wanting once opened
 
     status, _, err = _main(run, [], capsys)
-    assert status == 2 and err == "imle-solvers probe: error: argument --count: must be 3 here, got 1\n"
+    assert status == 2 and err.splitlines() == [
+        "imle-solvers probe: error: argument --count: must be 3 here, got 1",
+        "Try 'imle-solvers probe --help' for more information.",
+    ]
 
 
 def test_a_typed_error_of_the_library_exits_1_with_its_message(capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,8 +239,8 @@ def test_ctrl_c_says_what_finished_and_where_it_is(
     assert ("| r1 " in printed) == bool(finished)  # the finished runs' table
     expected = {
         (0, False): "interrupted: no run had finished\n",
-        (2, False): "interrupted: 2 finished run(s), printed above (use --out DIR to keep them)\n",
-        (0, True): f"interrupted: no run had finished; nothing written to {folder}\n",
+        (2, False): "interrupted: 2 finished run(s), printed above (add --out DIR to keep them)\n",
+        (0, True): f"interrupted: no run had finished; {folder} left as it was\n",
         (2, True): f"interrupted: 2 finished run(s) kept in {folder}/runs"
         f" (summary in {folder}/results.json)\n",
     }
@@ -240,12 +298,10 @@ def test_every_command_inherits_its_run_settings_declared_once() -> None:
     from imle_solvers.experiments.l2x import L2XConfig
     from imle_solvers.training import TrainConfig
 
-    assert (L2XConfig().seeds, TrainConfig().seeds, L2XConfig().out, TrainConfig().out) == (
-        (0, 1, 2),
-        (0,),
-        "runs/l2x",
-        None,
-    )
+    assert (L2XConfig().seeds, TrainConfig().seeds) == ((0, 1, 2), (0,))
+    for name in cli.COMMANDS:  # nothing is written without --out, whatever the command
+        config = importlib.import_module(cli.COMMANDS[name][0]).COMMAND.config
+        assert not issubclass(config, Written) or {s.name: s for s in fields(config)}["out"].default is None
     with pytest.raises(ConfigError, match=r"seeds must be an integer in \[0, 2\*\*32\), got -1"):
         L2XConfig(seeds=(-1,))
     with pytest.raises(ValueError, match="'epochs' is not a shared run setting"):

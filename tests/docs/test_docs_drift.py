@@ -116,6 +116,7 @@ def test_every_documented_command_line_parses(where: str, line: str) -> None:
         return
     # placeholders (--deg D, --out DIR) stand for a value: any valid one will do
     name, argv = words[0], ["2" if re.fullmatch(r"[A-Z]+", w) else w for w in words[1:] if w != "..."]
+    argv = [re.sub(r"<[a-z-]+>", "host", w) for w in argv]  # tcp://<scheduler-host>:8786
     assert name in cli.COMMANDS, f"{where}: unknown command in {line!r}"
     if "--help" in argv or "-h" in argv or not argv:  # a bare `imle-solvers bench` names the command
         return

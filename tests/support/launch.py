@@ -11,11 +11,21 @@ from collections.abc import Sequence
 from tests.support.paths import ROOT
 
 
-def torchrun(args: Sequence[str], nproc: int = 2, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc-per-node N ARGS`` (a free port: tests may run side by side); the
-    agent and every worker it started are killed if they outlive ``timeout`` seconds."""
+def torchrun(
+    args: Sequence[str], nproc: int = 2, timeout: float = 150, launcher: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node N [LAUNCHER] ARGS`` (a free port: tests may run side by
+    side); the agent and every worker it started are killed if they outlive ``timeout`` seconds."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *launcher,
+        *args,
+    ]
     child = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
     )

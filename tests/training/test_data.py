@@ -408,3 +408,21 @@ def test_the_generators_documented_defaults_are_pinned() -> None:
     torch.testing.assert_close(
         shortest_path(4).costs, shortest_path(4, seed=135).costs
     )  # what it is called with
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_largest_degree_keeps_every_cost_a_normal_float32(seed: int) -> None:
+    from imle_solvers.data.dataset import DEG_MAX
+    from imle_solvers.data.knapsack import knapsack
+
+    costs = shortest_path(2000, deg=DEG_MAX, seed=seed).costs  # float32, as training sees them
+    tiny = torch.finfo(torch.float32).tiny
+    assert bool(torch.isfinite(costs).all()) and float(costs.abs().min()) >= tiny * 0.5  # ε ≥ 1 − ē
+    assert bool(torch.isfinite(knapsack(500, deg=DEG_MAX, seed=seed).costs).all())
+    assert 3.5**-DEG_MAX >= tiny > 3.5 ** -(DEG_MAX + 1)  # the bound is where 3.5^-deg leaves float32
+
+
+@pytest.mark.parametrize("deg", [0, 70, 567, 1000])
+def test_degrees_whose_costs_float32_cannot_hold_are_refused(deg: int) -> None:
+    with pytest.raises(ValueError, match=r"deg must be"):
+        shortest_path(10, deg=deg)

@@ -358,7 +358,7 @@ def test_workers_and_a_dask_cluster_exclude_each_other() -> None:
     with pytest.raises(ConfigError, match="--workers and --dask-address exclude each other"):
         TrainConfig(workers=2, dask_address="tcp://127.0.0.1:8786")
     for bad in ("", "tcp://host :8786"):
-        with pytest.raises(ConfigError, match="dask_address must be a scheduler address"):
+        with pytest.raises(ConfigError, match="dask_address must be a Dask scheduler address"):
             TrainConfig(dask_address=bad)
 
 
@@ -385,7 +385,8 @@ def test_an_unreachable_dask_scheduler_stops_the_command_before_training(
             ]
         )
     assert status == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    err, hint = capsys.readouterr().err.splitlines()
+    assert hint == "Try 'imle-solvers train --help' for more information."
     assert err.startswith(
         "imle-solvers train: error: argument --dask-address: cannot reach the Dask scheduler"
     )
@@ -421,6 +422,7 @@ def test_every_documented_torchrun_command_parses(where: str, line: str) -> None
     from torch.distributed.run import get_args_parser
 
     words = ["2" if re.fullmatch(r"[A-Z]+", w) else w for w in shlex.split(line)[1:] if w != "..."]
+    words = [re.sub(r"<[a-z-]+>", "host", w) for w in words]  # tcp://<scheduler-host>:8786
     launch = get_args_parser().parse_args(words)  # torchrun's own options
     assert launch.module and launch.training_script == "imle_solvers", f"{where}: {line}"
     command, *argv = launch.training_script_args

@@ -243,8 +243,30 @@ def test_a_run_says_in_one_line_why_its_steps_are_not_recorded(
     (plan,) = seen
     assert plan.device.type == "cuda" and plan.step.compile is Compile.OFF
     assert capsys.readouterr().err.splitlines() == [
-        "steps: off (auto: eager steps, the recorded step is ruled out: the oracles solve on the host "
-        "(--oracle host))"
+        "steps: auto: eager steps, the recorded step is ruled out: the oracles solve on the host "
+        "(--oracle host)"
+    ]
+    run(TrainConfig(problem="warcraft", compile="model", show_progress=False))
+    assert capsys.readouterr().err.splitlines() == [
+        "steps: eager steps, model compiled by torch.compile (asked for)"
     ]
     run(TrainConfig(problem="warcraft", show_progress=False))  # recorded: nothing to say
     assert seen[-1].step.compile is Compile.GRAPH and capsys.readouterr().err == ""
+
+
+def test_a_run_line_says_how_its_steps_ran_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    from imle_solvers.training import run
+    from imle_solvers.training.plan import steps_text
+
+    assert [steps_text(c.value) for c in Compile] == [
+        "eager steps",
+        "steps replayed from a CUDA graph",
+        "eager steps, model compiled by torch.compile",
+        "steps replayed from a CUDA graph, model compiled by torch.compile",
+    ]
+    assert steps_text("off (recording the CUDA graph failed: out of memory)") == (
+        "eager steps (recording the CUDA graph failed: out of memory)"
+    )
+    run(TrainConfig(methods=("two-stage",), n_train=16, n_test=8, batch_size=8, epochs=1))
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if "seed 0: test regret" in x]
+    assert line.endswith("s/epoch, eager steps") and "steps: off" not in line

@@ -287,8 +287,9 @@ def test_bad_files_stop_the_command_before_training(
             assert exc.value.code == 2
         else:  # the values when the data are read, before training
             assert main(argv) == 2
-        last = capsys.readouterr().err.strip().splitlines()[-1]
-        assert last.startswith("imle-solvers train: error: argument --data: ") and message in last
+        first, hint = capsys.readouterr().err.splitlines()  # one line and a pointer to --help
+        assert first.startswith("imle-solvers train: error: argument --data: ") and message in first
+        assert hint == "Try 'imle-solvers train --help' for more information."
 
 
 @pytest.mark.parametrize(
@@ -308,7 +309,7 @@ def test_bad_files_stop_the_command_before_training(
             "no Warcraft data of size 5: neither 5x5/ nor *_maps.npy (it has 4x4)",
         ),
         ([*TINY, "--data", "{data}/nowhere"], "is not a folder"),
-        ([*TINY, "--data", ""], "--data: must be a folder, got ''"),
+        ([*TINY, "--data", ""], "--data: must be a file or folder name, got ''"),
         (
             [*TINY, "--compile", "graph", "--oracle", "host"],
             "--compile: graph records the training step as a CUDA graph, but ",

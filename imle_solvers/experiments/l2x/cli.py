@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -28,7 +27,7 @@ def _show(config: L2XConfig, outcome: tuple[L2XResult, float]) -> None:
     result, seconds = outcome
     print(f"{header(result)}; {seconds:.0f} s in all")
     print(result_table(result))
-    print(f"wrote {os.path.join(config.out, 'results.json')} and results.md")
+    print(config.written("results.json and results.md"))
 
 
 COMMAND: Command[L2XConfig, tuple[L2XResult, float]] = Command(L2XConfig, _run, _show, SUMMARY)

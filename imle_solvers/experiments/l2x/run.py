@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -12,8 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..._checks import positive
-from ...app.config import RunSettings, count, inherit, option
+from ...app.config import RunSettings, count, inherit, option, positive_number
 from ...app.machine import resolve_device
 from ...app.report import progress
 from ...app.results import Metric, Summary
@@ -94,15 +92,14 @@ class L2XConfig(RunSettings):
     n_test: int = option(500, "test reviews", flags=("--n-test", "--test"), check=count)
     epochs: int = option(8, "epochs", check=count)
     batch_size: int = option(40, "reviews per step", check=count)
-    lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
-    lam: float = option(10000.0, "λ of the I-MLE target", check=lambda v: positive("", v))
-    tau_factor: float = option(1.0, "SoG temperature τ = factor · k", check=lambda v: positive("", v))
+    lr: float = option(1e-3, "Adam learning rate", check=positive_number)
+    lam: float = option(10000.0, "λ of the I-MLE target", check=positive_number)
+    tau_factor: float = option(1.0, "SoG temperature τ = factor · k", check=positive_number)
     emb: int = option(32, "embedding width", check=count)
     filters: int = option(32, "convolution channels", check=count)
     hidden: int = option(32, "dense width", check=count)
     corpus: CorpusSpec = dataclasses.field(default_factory=CorpusSpec)
     seeds: tuple[int, ...] = inherit("seeds", (0, 1, 2))
-    out: str = inherit("out", os.path.join("runs", "l2x"))
 
     @classmethod
     def help_epilog(cls) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 
 from ...app.command import Command
@@ -22,7 +21,7 @@ def _show(config: SortConfig, result: SortResult) -> None:
     seconds = sum(run.seconds for run in result.runs)
     print(f"{header(result)}; {seconds:.0f} s of training in all")
     print(result_table(result))
-    print(f"wrote {os.path.join(config.out, 'results.json')} and results.md")
+    print(config.written("results.json and results.md"))
 
 
 COMMAND: Command[SortConfig, SortResult] = Command(SortConfig, run_sort, _show, SUMMARY)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
 
+from ..._checks import positive_int
 from ...adapters.graphs.matching import TorchMatching
 from ...app.config import RunSettings, count, inherit, option, positive_number, render
 from ...app.machine import resolve_device
@@ -21,7 +21,7 @@ from .methods import METHODS, SortMethod
 from .model import NumberScorer, assignment_weights
 from .results import SUMMARY, SortResult, SortRun, permutation_accuracy
 
-__all__ = ["QUICK", "SortConfig", "header", "run_sort"]
+__all__ = ["MAX_DIGITS", "QUICK", "SortConfig", "header", "run_sort"]
 
 QUICK: dict[str, Any] = {"seeds": (0,), "steps": 40, "n_test": 100}
 """What ``--quick`` changes: one seed, 40 steps, 100 test sequences (seconds)."""
@@ -30,6 +30,19 @@ _FULL: dict[str, Any] = {"seeds": (0, 1, 2), "steps": 1500, "n_test": 1000}
 
 _LOSS_POINTS = 10
 """The training loss is recorded as its mean over each tenth of the steps."""
+
+
+MAX_DIGITS = 18
+"""The most digits a number may have: numbers are drawn as 64-bit integers below ``10**digits``, and
+``10**18 < 2**63 ≤ 10**19``."""
+
+
+def _digits(value: int) -> int:
+    """The constraint of ``digits``: a count of at most `MAX_DIGITS`."""
+    digits = positive_int("", value)
+    if digits > MAX_DIGITS:
+        raise ValueError(f"must be at most {MAX_DIGITS} (the numbers are 64-bit integers), got {digits}")
+    return digits
 
 
 def _default(name: str) -> str:
@@ -50,7 +63,7 @@ class SortConfig(RunSettings):
     seeds
         Seeds: the split of the digit images, the sequences, the initialisation and the noise.
     digits
-        Digits per number.
+        Digits per number, at most `MAX_DIGITS` (the numbers are 64-bit integers).
     steps
         Adam steps (each on a fresh batch of training sequences).
     batch_size
@@ -100,7 +113,7 @@ class SortConfig(RunSettings):
         metavar="NAME",
     )
     ns: tuple[int, ...] = option((3, 5, 9), "numbers per sequence n", check=count, metavar="N")
-    digits: int = option(2, "digits per number", check=count)
+    digits: int = option(2, f"digits per number (at most {MAX_DIGITS})", check=_digits)
     steps: int | None = option(None, "Adam steps", check=count, default_text=lambda: _default("steps"))
     batch_size: int = option(20, "sequences per step", check=count)
     n_test: int | None = option(
@@ -122,7 +135,6 @@ class SortConfig(RunSettings):
     seeds: tuple[int, ...] | None = inherit(  # type: ignore[assignment]
         "seeds", None, default_text=lambda: _default("seeds")
     )
-    out: str = inherit("out", os.path.join("runs", "sort"))
 
     @classmethod
     def help_epilog(cls) -> str:

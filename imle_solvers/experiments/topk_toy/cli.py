@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from ..._checks import non_negative_int
 from ...app.command import Command
-from ...app.config import Progress, Written, count, inherit, option, positive_number, render
+from ...app.config import (
+    Progress,
+    Written,
+    count,
+    non_negative_count,
+    option,
+    positive_number,
+    render,
+    seed_value,
+)
 from ...app.session import Session
 from .methods import DEFAULT_METHODS, METHODS
 from .report import ROWS, plot, result_table
@@ -83,10 +90,10 @@ class ToyConfig(Progress, Written):
     long_steps: int | None = option(
         None,
         "steps of the extra SFE run (0: none)",
-        check=lambda v: non_negative_int("", v),
+        check=non_negative_count,
         default_text=lambda: _default("long_steps"),
     )
-    seed: int = option(0, "seed of the instance and of the noise", check=lambda v: non_negative_int("", v))
+    seed: int = option(0, "seed of the instance and of the noise", check=seed_value)
     methods: tuple[str, ...] = option(
         DEFAULT_METHODS,
         "methods to compare (listed below)",
@@ -112,7 +119,6 @@ class ToyConfig(Progress, Written):
         default_text=lambda: _default("sfe_lrs"),
     )
     quick: bool = option(False, "a small grid and few runs (seconds)")
-    out: str = inherit("out", os.path.join("runs", "topk_toy"))
 
     @classmethod
     def help_epilog(cls) -> str:
@@ -167,7 +173,7 @@ def _show(config: ToyConfig, result: ToyResult) -> None:
     print(_header(result))
     print(result_table(result))
     print(f"({result.seconds:.1f} s)")
-    print(f"wrote {os.path.join(config.out, 'results.json')}, results.md and topk_toy.png")
+    print(config.written("results.json, results.md and topk_toy.png"))
 
 
 COMMAND: Command[ToyConfig, ToyResult] = Command(ToyConfig, run, _show, ROWS)

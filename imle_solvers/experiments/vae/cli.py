@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -24,7 +23,7 @@ def _show(config: VAEConfig, outcome: tuple[VAEResult, float]) -> None:
     result, seconds = outcome
     print(f"{header(result)}; {seconds:.0f} s in all")
     print(result_table(result))
-    print(f"wrote {os.path.join(config.out, 'results.json')}, results.md, vae_curves.png and vae_recon.png")
+    print(config.written("results.json, results.md, vae_curves.png and vae_recon.png"))
 
 
 COMMAND: Command[VAEConfig, tuple[VAEResult, float]] = Command(VAEConfig, _run, _show, SUMMARY)

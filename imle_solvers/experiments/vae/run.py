@@ -11,8 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch.nn import functional as F
 
-from ..._checks import positive
-from ...app.config import RunSettings, count, inherit, option
+from ...app.config import RunSettings, count, inherit, option, path_text, positive_number
 from ...app.machine import resolve_device
 from ...app.report import progress
 from ...app.session import Session
@@ -77,11 +76,12 @@ class VAEConfig(RunSettings):
     )
     epochs: int = option(30, "epochs (the paper: 100 on MNIST)", check=count)
     batch_size: int = option(100, "images per step", check=count)
-    lr: float = option(1e-3, "Adam learning rate", check=lambda v: positive("", v))
+    lr: float = option(1e-3, "Adam learning rate", check=positive_number)
     data: str | None = option(
         None,
         "MNIST on disk: a directory of IDX files, one IDX file or an .npz",
         metavar="PATH",
+        check=path_text,
         default_text="scikit-learn's bundled 8×8 digits",
     )
     max_train: int | None = option(
@@ -92,7 +92,6 @@ class VAEConfig(RunSettings):
         "softmax", "KL term: the paper's softmax marginals or the exact one", choices=("softmax", "exact")
     )
     seeds: tuple[int, ...] = inherit("seeds", (0, 1, 2))
-    out: str = inherit("out", os.path.join("runs", "vae"))
 
     @classmethod
     def help_epilog(cls) -> str:
