@@ -80,9 +80,8 @@ def batch_norms(tensors: Sequence[torch.Tensor], sync: Sync | None = None) -> to
         import torch.distributed as dist
 
         dist.all_reduce(total, group=sync.group)  # integers: the same sum in any order
-    summed = total[:, 0].to(torch.float64) * float(2**LIMB_BITS) + total[:, 1].to(
-        torch.float64
-    )  # Σ_r q_r·2^F
+    high, low = total[:, 0].to(torch.float64), total[:, 1].to(torch.float64)
+    summed = high * float(2**LIMB_BITS) + low  # Σ_r q_r·2^F   [k]
     if not units:
         return summed
     norms = [(summed[i] / unit).sqrt() for i, unit in enumerate(units)]  # √(Σ_r q_r), no host copy

@@ -289,7 +289,7 @@ examples:
         check=count_at_least(2),
     )
     nodes: int = option(
-        20, "number of nodes of tsp (PyEPO's default)", check=lambda v: integer_at_least("", v, 3)
+        20, "number of nodes of tsp (PyEPO's default)", check=count_at_least(3)
     )
     solve_ratio: float = option(
         1.0,
