@@ -680,3 +680,32 @@ def test_most_rows_of_a_large_batch_get_a_gradient_under_a_mean(seed: int) -> No
 
     assert moved(None) >= 0.5
     assert moved(RelativeTarget()) < 0.5  # the test has power
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_default_target_needs_no_host_synchronisation() -> None:  # pragma: no cover - GPU only
+    # the default's backward on a device-native oracle reads nothing on the host (a recorded CUDA-graph
+    # step can hold it), in the general regime and in the linear one
+    import warnings
+
+    def backward(device: str, linear: bool) -> torch.Tensor:
+        layer = IMLE(ORACLE, Gumbel(), samples=3, generator=torch.Generator(device).manual_seed(0))
+        x = THETA.to(device).requires_grad_(True)
+        z = layer(x)
+        upstream = (B - 0.5).to(device).expand_as(z) if linear else torch.randn_like(z)
+        if device == "cuda":
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype")
+                torch.cuda.set_sync_debug_mode("error")
+        try:
+            (z * upstream).sum().backward()
+        finally:
+            if device == "cuda":
+                torch.cuda.set_sync_debug_mode("default")
+        assert x.grad is not None
+        return x.grad
+
+    for linear in (False, True):
+        grad_cuda = backward("cuda", linear)
+        assert grad_cuda.abs().sum() > 0

@@ -288,9 +288,7 @@ examples:
         "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
         check=count_at_least(2),
     )
-    nodes: int = option(
-        20, "number of nodes of tsp (PyEPO's default)", check=count_at_least(3)
-    )
+    nodes: int = option(20, "number of nodes of tsp (PyEPO's default)", check=count_at_least(3))
     solve_ratio: float = option(
         1.0,
         "tsp: share of the training rows solved; the others are answered from a solution cache of the tours "
