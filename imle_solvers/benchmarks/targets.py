@@ -386,6 +386,15 @@ def run(
     return rows
 
 
+def _std(values: Sequence[float]) -> float:
+    """Standard deviation over the seeds: 0 for one seed, NaN where a run diverged (not finite)."""
+    if len(values) < 2:
+        return 0.0
+    if not all(math.isfinite(v) for v in values):
+        return math.nan  # statistics.stdev raises on inf and NaN
+    return statistics.stdev(values)
+
+
 def _ratio(score: float, best: float, higher_is_better: bool) -> float:
     """How far ``score`` is from ``best``: 1.0 at the best, > 1 worse."""
     if score == best:
@@ -416,7 +425,7 @@ def _candidate_row(
         "target": candidate.label,
         "lam": lam,
         "mean": statistics.mean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "std": _std(values),
         "values": values,
         "seeds": list(seeds),
     }

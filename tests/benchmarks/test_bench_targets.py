@@ -197,6 +197,20 @@ def test_threads_are_restored_when_a_task_fails(monkeypatch: pytest.MonkeyPatch)
         torch.set_num_threads(threads)
 
 
+def test_a_run_that_diverged_ranks_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    values = {"a": [1.0, math.nan], "b": [4.0, 4.0]}
+
+    def train(setting: Setting, seed: int, quick: bool) -> float:
+        return values[setting.candidate.label][seed]
+
+    monkeypatch.setattr(bench, "CANDIDATES", {k: Candidate(k, lambda _: None) for k in values})
+    for higher in (False, True):
+        monkeypatch.setattr(bench, "TASKS", {"t": Task("m", higher, train)})
+        a, b = bench.run(seeds=(0, 1))  # the table is still made
+        assert math.isnan(a["mean"]) and math.isnan(a["std"]) and a["vs_best"] == math.inf
+        assert (b["mean"], b["std"], b["vs_best"]) == (4.0, 0.0, 1.0)
+
+
 @pytest.mark.parametrize(
     ("score", "best", "higher", "ratio"),
     [
