@@ -113,7 +113,7 @@ class _PerInstance(nn.Module):
 
     @generator.setter
     def generator(self, value: torch.Generator | None) -> None:
-        self.layer.generator = value
+        setattr(self.layer, "generator", value)  # noqa: B010 - a plain attribute, not a submodule
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         from ..training.methods import scale_grad
