@@ -21,8 +21,8 @@ Tasks (`TASKS`), each with the metric it is judged by:
 * ``terrain``: 12 × 12 terrain maps (1,000 training, 200 test maps, the terrain CNN, Adam 5·10⁻⁴, batch
   35, 10 epochs, S = 1, regret averaged over the batch): % of test maps decided optimally.
 * ``toy``: the paper's top-k toy (10 items, k = 5, the exact expected loss ``E‖z − b‖²`` after 50
-  steps of SGD with momentum, 100 runs per setting, the best of 8 learning rates re-run with fresh
-  noise), Sum-of-Gamma and Gumbel noise averaged: final expected loss.
+  steps of SGD with momentum, 100 runs per setting, the best of the toy experiment's 6 step sizes
+  (0.01 to 3) re-run with fresh noise), Sum-of-Gamma and Gumbel noise averaged: final expected loss.
 * ``vae-sog``, ``vae-gumbel``: the discrete 10-subset VAE on scikit-learn's digits (30 epochs, the
   paper's SoG at τ = 10, or Gumbel(0, 1)): test loss.
 * ``l2x``: learning to explain on the planted corpus (k = 10, 8 epochs, SoG at τ = k): % subset
