@@ -666,11 +666,12 @@ def test_batch_norms_are_the_same_bits_however_the_rows_are_shared(
     gen = torch.Generator().manual_seed(seed)
     theta = (torch.randn(rows, 1, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
     grad = (torch.randn(rows, 3, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
-    one = batch_norms([theta, grad])  # one process, the whole batch
-    want = torch.stack([theta.double().norm(), grad.double().norm()])
+    flat = (torch.randn(rows, 5, generator=gen, dtype=torch.float64) * scale).to(dtype)  # 2-dim: rows too
+    one = batch_norms([theta, grad, flat])  # one process, the whole batch
+    want = torch.stack([theta.double().norm(), grad.double().norm(), flat.double().norm()])
     torch.testing.assert_close(one, want, rtol=1e-6, atol=0)
     if rows < world:
         return
-    parts = [[theta[a:b], grad[a:b]] for a, b in (share(rows, r, world) for r in range(world))]
+    parts = [[theta[a:b], grad[a:b], flat[a:b]] for a, b in (share(rows, r, world) for r in range(world))]
     for got in _norms_over_shares(parts):  # e.g. 17 / 16 of 33 rows on two processes
         assert torch.equal(got, one)  # to the last bit
