@@ -497,6 +497,16 @@ def test_row_adaptive_lambda_is_per_row_at_any_scale() -> None:
     torch.testing.assert_close(lam.double(), want, rtol=1e-5, atol=0.0)
 
 
+def test_adaptive_state_follows_the_device_of_the_gradients_it_adapts_to() -> None:
+    # a target not moved with its model: its state goes where the gradients are (here the meta device,
+    # whose tensors have no values) and stays float64
+    target = AdaptiveTarget()
+    target._update(torch.zeros(2, 3, 4, device="meta"))
+    for name in ("beta", "nonzeros", "last_update"):
+        buffer = getattr(target, name)
+        assert buffer.device.type == "meta" and buffer.dtype == torch.float64, name
+
+
 def test_adaptive_target_on_an_empty_batch() -> None:
     target = AdaptiveTarget()
     empty = torch.zeros(0, 2, 8, dtype=torch.float64)
