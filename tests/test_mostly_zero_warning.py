@@ -45,3 +45,22 @@ def test_more_than_half_of_the_rows_lost_warns_once(lost: int, live: int, dead: 
     messages, state = _warnings(lost, live, dead)
     assert len(messages) == 1 and state["warned"]
     assert f"all-zero gradient for {percent}% of the rows" in messages[0]
+
+
+def _messages(grad_z: torch.Tensor) -> list[str]:
+    """One call with every row's gradient all zero and the step of ``grad_z`` (λ = 1)."""
+    n = grad_z.shape[0]
+    theta = torch.arange(float(M)).expand(n, 1, M)  # std 2.29: a step below 0.229 is small
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_mostly_zero(PerturbedTarget(1.0), theta, torch.zeros(n, S, M), grad_z, torch.zeros(n, M), {})
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+def test_the_step_is_measured_by_its_largest_entry_in_absolute_value() -> None:
+    assert len(_messages(torch.full((4, S, M), -0.01))) == 1  # a step of −0.01 is as small as +0.01
+    moving = torch.full((4, S, M), 0.01)
+    moving[..., 0] = 5.0  # its largest entry moves 5 ≫ 0.229: the state is confirmed, not lost
+    assert _messages(moving) == []
+    moving[..., 0] = -5.0
+    assert _messages(moving) == []

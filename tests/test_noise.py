@@ -468,3 +468,20 @@ def test_noise_defaults_are_pinned() -> None:
         assert not torch.equal(draw(default), draw(other))
     # a layer's default noise is SumOfGamma with k from the oracle
     assert IMLE(TopK(3, 8)).noise == SumOfGamma(k=3.0)
+
+
+def test_a_series_cut_before_its_weights_sum_to_one_is_refused() -> None:
+    from imle_solvers.noise import _sog_series
+
+    series = _sog_series(1000.0, 10)  # the weights' tail is long (κ = 1000: α = 0.001)
+    assert series is not None and float(series[2].sum()) == pytest.approx(1.0, abs=1e-9)
+    for kappa, tol in ((1000.0, 0.5), (10.0, 0.5), (1.0, 0.9)):  # a coarse cut leaves mass out
+        assert _sog_series(kappa, 10, tol=tol) is None
+
+
+def test_device_tables_are_keyed_by_the_explicit_device() -> None:
+    from imle_solvers.noise import _device_name
+
+    assert _device_name(torch.device("cpu")) == "cpu"
+    assert _device_name(torch.device("cuda", 1)) == "cuda:1"  # an index given: no CUDA call
+    assert _device_name(torch.device("meta")) == "meta"

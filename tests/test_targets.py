@@ -28,7 +28,7 @@ from imle_solvers import (
     TargetDistribution,
     TopK,
 )
-from imle_solvers.target import _spread
+from imle_solvers.target import _finite_std, _spread
 
 
 def gen(seed: int) -> torch.Generator:
@@ -211,6 +211,13 @@ def test_spread_is_the_standard_deviation_with_fallbacks() -> None:
     assert torch.isfinite(_spread(huge)).all() and float(_spread(huge)) > 1e307
     one = torch.tensor([[3.0]], dtype=torch.float64)  # m = 1: no spread, the magnitude
     assert float(_spread(one)) == 3.0
+
+
+def test_spread_of_a_row_without_finite_entries_is_the_fallback() -> None:
+    x = torch.tensor([[-math.inf, -math.inf, math.inf], [-math.inf, 2.0, 6.0]], dtype=torch.float64)
+    std, peak = _finite_std(x)
+    assert std.squeeze(-1).tolist() == [0.0, 2.0] and peak.squeeze(-1).tolist() == [0.0, 6.0]  # no NaN
+    assert _spread(x).squeeze(-1).tolist() == [1.0, 2.0]
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
@@ -412,6 +419,92 @@ def test_row_adaptive_alpha_stays_within_its_bounds() -> None:
     for _ in range(4):
         down._update(torch.ones(3, 8))  # every entry nonzero: above the target
     assert down.alpha == pytest.approx(1e-6)
+
+
+def test_adaptive_options_are_checked() -> None:
+    for make in (
+        lambda: AdaptiveTarget(beta=-1.0),
+        lambda: AdaptiveTarget(nonzero_target=0.0),
+        lambda: AdaptiveTarget(step=-1e-4),
+        lambda: RowAdaptiveTarget(min_norm=0.0),
+        lambda: RowAdaptiveTarget(alpha=0.0),
+        lambda: RowAdaptiveTarget(nonzero_target=1.5),
+    ):
+        with pytest.raises(ValueError, match="AdaptiveTarget"):
+            make()
+    AdaptiveTarget(beta=0.0)  # β = 0 is allowed: the update raises it again
+
+
+def test_adaptive_lambda_is_beta_times_the_norm_of_theta_over_s_samples_over_the_gradient_s() -> None:
+    theta = THETA[:6].unsqueeze(1)  # [N, 1, m]
+    g = torch.randn(6, 3, 8, generator=gen(330), dtype=torch.float64)
+    lam = AdaptiveTarget(beta=2.0).lam(theta, g)
+    want = 2.0 * math.sqrt(3) * theta.norm() / g.norm()  # ‖θ‖ repeated over the S = 3 samples
+    torch.testing.assert_close(lam, want, rtol=1e-14, atol=0.0)
+    assert float(AdaptiveTarget().lam(theta, torch.zeros_like(g))) == 0.0
+    # θ given per sample already (θ repeated over S) is the same θ; rows without a sample axis, one each
+    torch.testing.assert_close(AdaptiveTarget(beta=2.0).lam(theta.expand_as(g), g), lam, rtol=1e-14, atol=0.0)
+    flat = AdaptiveTarget(beta=2.0).lam(theta[:, 0], g[:, 0])
+    torch.testing.assert_close(flat, 2.0 * theta.norm() / g[:, 0].norm(), rtol=1e-14, atol=0.0)
+
+
+def test_s_identical_samples_under_a_mean_give_the_one_sample_adaptive_gradient() -> None:
+    # ‖θ‖ is repeated over the samples so that S copies of one sample, averaged, are that sample
+    def gradient(samples: int) -> torch.Tensor:
+        layer = IMLE(ORACLE, NoNoise(), AdaptiveTarget(step=0.0), samples=samples)
+        return grad(layer, THETA, lambda z: quadratic(z) / samples if samples > 1 else quadratic(z))
+
+    one = gradient(1)
+    assert one.abs().sum() > 0
+    torch.testing.assert_close(gradient(3), one, rtol=1e-12, atol=0.0)
+
+
+@pytest.mark.parametrize("make", [lambda: AdaptiveTarget(step=0.0), lambda: RowAdaptiveTarget(step=0.0)])
+def test_adaptive_huge_inverse_step_is_clamped_not_infinite(make: Callable[[], TargetDistribution]) -> None:
+    # ‖θ‖ of 1e-36 and ∇zL of 1e30 in float32: 1/λ overflows; clamped, the estimate is finite
+    theta = torch.tensor([[3.0, 2.0, 1.001, 1.0, 0.0, 0.0, 0.0, 0.0]]) * 1e-36
+    x = theta.clone().requires_grad_(True)
+    z = IMLE(ORACLE, NoNoise(), make())(x)
+    (z * torch.tensor([0.0, 0.0, 1e30, -1e30, 0.0, 0.0, 0.0, 0.0])).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
+
+
+def test_row_adaptive_target_params_and_its_update_at_the_target() -> None:
+    theta = THETA[:4].unsqueeze(1)
+    g = torch.randn(4, 2, 8, generator=gen(350), dtype=torch.float64)
+    target = RowAdaptiveTarget(alpha=0.7)
+    torch.testing.assert_close(target.params(theta, g), theta - target.lam(theta, g) * g)  # θ' = θ − λ∇zL
+    at = RowAdaptiveTarget(nonzero_target=0.25, alpha=1.0, step=0.5)
+    grad_theta = torch.zeros(2, 8)
+    grad_theta[:, :2] = 1.0  # a nonzero fraction of exactly 0.25: not below the target, α shrinks
+    at._update(grad_theta)
+    assert at.alpha == pytest.approx(math.exp(-0.5))
+    grad_theta[0, 0] = 0.0  # 3 of 16: below, α grows back
+    at._update(grad_theta)
+    assert at.alpha == pytest.approx(1.0)
+
+
+def test_row_adaptive_lambda_is_per_row_at_any_scale() -> None:
+    # λ = α·max(‖θ‖, min_norm)/‖∇zL‖ for each row, in float32 with rows of 1e-30 and 1e30 side by side
+    theta = torch.randn(4, 1, 8, generator=gen(340), dtype=torch.float64) * 3.0
+    g = -torch.rand(4, 2, 8, generator=gen(341), dtype=torch.float64)  # negative entries
+    g[:, :, 0] = 0.0
+    g[0] *= 1e-30
+    g[1] *= 1e30
+    lam = RowAdaptiveTarget(alpha=0.5, min_norm=2.0).lam(theta.float(), g.float())
+    want = 0.5 * theta.norm(dim=-1, keepdim=True).clamp_min(2.0) / g.norm(dim=-1, keepdim=True)
+    assert lam.shape == (4, 2, 1) and torch.isfinite(lam).all()
+    torch.testing.assert_close(lam.double(), want, rtol=1e-5, atol=0.0)
+
+
+def test_adaptive_state_follows_the_device_of_the_gradients_it_adapts_to() -> None:
+    # a target not moved with its model: its state goes where the gradients are (here the meta device,
+    # whose tensors have no values) and stays float64
+    target = AdaptiveTarget()
+    target._update(torch.zeros(2, 3, 4, device="meta"))
+    for name in ("beta", "nonzeros", "last_update"):
+        buffer = getattr(target, name)
+        assert buffer.device.type == "meta" and buffer.dtype == torch.float64, name
 
 
 def test_adaptive_target_on_an_empty_batch() -> None:
@@ -640,7 +733,7 @@ def test_auto_target_under_a_mean_over_samples_divides_the_summed_gradient_by_s(
 
 def test_auto_target_sync_off_and_options_checked() -> None:
     assert AutoTarget(sync=False) == AutoTarget(sync=False)
-    for bad in ({"near": 0.0}, {"far": -1.0}, {"near": math.nan}):
+    for bad in ({"near": 0.0}, {"far": -1.0}, {"near": math.nan}, {"cap": 0.0}, {"cap": -2.0}):
         with pytest.raises(ValueError, match="AutoTarget"):
             AutoTarget(**bad)  # type: ignore[arg-type]
 
@@ -662,6 +755,42 @@ def test_auto_target_caps_the_spread_at_ten_spreads_of_the_noise() -> None:
         ORACLE.solve_torch(perturbed - 2 * u * upstream),
     )
     torch.testing.assert_close(x.grad, ((plus - minus) / (2 * u)).sum(1))
+
+
+def _auto_case(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """θ ``[N, 1, m]``, Gumbel ε and ``z = MAP(θ + ε)`` ``[N, 2, m]``, a random ∇zL ``[N, 2, m]``."""
+    theta = THETA[:rows].unsqueeze(1)
+    eps = Gumbel().sample((rows, 2, 8), dtype=torch.float64, generator=gen(seed))
+    upstream = torch.randn(rows, 2, 8, generator=gen(seed + 1), dtype=torch.float64)
+    return theta, eps, ORACLE.solve_torch(theta + eps), upstream
+
+
+def test_auto_target_sizes_its_unit_over_the_samples_with_a_gradient_only() -> None:
+    # u = ‖r‖ / ‖‖g‖_∞‖ over the samples with g ≠ 0: rows without a gradient change nothing
+    theta, eps, z, g = _auto_case(8, 310)
+    g[2] = 0.0  # a row outside the loss
+    g[5] = 0.0
+    both = AutoTarget().estimate(theta, eps, z, g, ORACLE.solve_torch)
+    keep = [0, 1, 3, 4, 6, 7]
+    alone = AutoTarget().estimate(theta[keep], eps[keep], z[keep], g[keep], ORACLE.solve_torch)
+    torch.testing.assert_close(both[keep], alone, rtol=0.0, atol=0.0)
+    assert both[[2, 5]].abs().sum() == 0 and alone.abs().sum() > 0
+
+
+def test_auto_target_without_any_gradient_gives_zeros_not_nan() -> None:
+    theta, eps, z, g = _auto_case(4, 320)
+    for target in (AutoTarget(), AutoTarget(near=0.5, far=3.0)):
+        got = target.estimate(theta, eps, z, torch.zeros_like(g), ORACLE.solve_torch)
+        assert torch.equal(got, torch.zeros(4, 8, dtype=torch.float64))
+        params = target.params(theta, torch.zeros_like(g))
+        assert torch.equal(params, theta.expand_as(g))  # θ' = θ − a·u·0
+
+
+def test_auto_target_has_no_linear_rows_without_a_sample_axis() -> None:
+    z = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    g = torch.ones(2, 3)  # every entry alike, and the entries of z differ: still one sample a row
+    assert AutoTarget.linear_rows(z, g).tolist() == [False, False]
+    assert AutoTarget.linear_rows(z[:, None], g[:, None]).tolist() == [False, False]
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -400,3 +400,131 @@ def test_every_shipped_oracle_passes_without_a_reference(name: str) -> None:
     with pytest.warns(UserWarning, match="could not check"):
         report = assert_oracle_contract(oracle, weights=weights, n_checks=8, picklable=False)
     assert report.distinct_states > 1 and report.rows > 8
+
+
+# --- tests from the planted-bug round ------------------------------------------------------------------
+
+
+class _Float32(EnumOracle):
+    """Optimal up to the float32 rounding of its weights: within a tolerance relative to their size."""
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        return super().solve(weights.astype(np.float32).astype(np.float64))
+
+
+# items 0 and 1 differ by 1e-5 at a magnitude of 1e3, which float32 rounds to one value (the oracle takes
+# item 0); the signs are mixed, so the weights sum to about 0.5 while their magnitude is 4,000
+_NEAR_TIES = np.array(
+    [
+        [1000.0, 1000.00001, -1000.0, -999.5],
+        [-3.0, 1.0, 2.0, 0.5],
+        [2.0, -1.0, 0.5, 1.5],
+    ]
+)
+
+
+def test_objectives_are_compared_relative_to_the_weights_magnitude() -> None:
+    states = k_subsets(4, 1)
+    report = assert_oracle_contract(_Float32(states), weights=_NEAR_TIES, states=states, picklable=False)
+    assert report.reference
+    with pytest.warns(UserWarning, match="could not check"):  # the own-states check: the same tolerance
+        assert_oracle_contract(_Float32(states), weights=_NEAR_TIES, picklable=False)
+    with pytest.raises(AssertionError, match="objective"):  # a tolerance far below 1e-5 catches it
+        assert_oracle_contract(
+            _Float32(states), weights=_NEAR_TIES, states=states, picklable=False, atol=1e-12
+        )
+
+
+def test_probes_keep_non_negative_weights_non_negative() -> None:
+    # an oracle that refuses negative costs solves every probe of non-negative weights (zeros included):
+    # the given rows, the tied rows and two probes for each of the 5 variables are checked
+    states = k_subsets(5, 2)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, size=(10, 5))
+    w[:, 0] = 0.0
+    report = assert_oracle_contract(_PositiveOnly(states, "min"), weights=w, states=states, picklable=False)
+    assert report.rows == 10 + (8 + 1) + 2 * 5
+    zeros = np.zeros((3, 5))  # all zero: non-negative too (not mirrored as non-positive weights are)
+    report = assert_oracle_contract(
+        _PositiveOnly(states, "min"), weights=zeros, states=states, picklable=False
+    )
+    assert report.rows == 3 + (3 + 1) + 2 * 5
+
+
+class _NVars(MapOracle):
+    def __init__(self, n_vars: object) -> None:
+        self.n_vars = n_vars  # type: ignore[assignment]
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:  # pragma: no cover - never reached
+        raise AssertionError
+
+
+@pytest.mark.parametrize("n_vars", [0, -1, 2.5, "3"])
+def test_n_vars_must_be_a_positive_integer(n_vars: object) -> None:
+    with pytest.raises(AssertionError, match="n_vars must be a positive integer"):
+        assert_oracle_contract(_NVars(n_vars), picklable=False)
+
+
+class _Recording(EnumOracle):
+    def __init__(self, states: np.ndarray) -> None:
+        super().__init__(states)
+        self.batches: list[np.ndarray] = []
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        self.batches.append(np.array(weights))
+        return super().solve_batch(weights)
+
+
+def test_default_weights_are_standard_normal_rows_times_each_scale() -> None:
+    oracle = _Recording(k_subsets(4, 2))
+    assert_oracle_contract(oracle, states=k_subsets(4, 2), n_checks=5, scales=(1e-3, 10.0), seed=3)
+    rng = np.random.default_rng(3)
+    want = np.concatenate([scale * rng.standard_normal((5, 4)) for scale in (1e-3, 10.0)])
+    np.testing.assert_array_equal(oracle.batches[0][:10], want)
+
+
+class _BeatsTheOptimum(MapOracle):
+    """A "min" one-of-three oracle that returns the infeasible empty state where every weight is positive:
+    its objective 0 is better than the optimum."""
+
+    n_vars = 3
+    sense = "min"
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        w = self.validate(weights)
+        return np.zeros(3) if (w > 0).all() else np.eye(3)[int(np.argmin(w))]
+
+
+def test_an_objective_better_than_the_brute_force_optimum_is_caught() -> None:
+    with pytest.raises(AssertionError, match="brute force"):
+        assert_oracle_contract(_BeatsTheOptimum(), brute_force=lambda w: float(w.min()), picklable=False)
+
+
+class _TorchArgmax(TorchOracle):
+    n_vars = 3
+    sense = "max"
+
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.one_hot(weights.argmax(-1), 3).to(weights.dtype)
+
+
+class _ModifiesFloat32(_TorchArgmax):
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        z = super().solve_torch(weights)
+        if weights.dtype == torch.float32:  # solve and solve_batch go through float64: untouched
+            weights.add_(0.5)
+        return z
+
+
+class _ReturnsFloat64(_TorchArgmax):
+    def solve_torch(self, weights: torch.Tensor) -> torch.Tensor:
+        return super().solve_torch(weights).double()
+
+
+def test_solve_torch_must_keep_its_input_and_the_weights_dtype() -> None:
+    assert_oracle_contract(_TorchArgmax(), states=np.eye(3), picklable=False)
+    with pytest.raises(AssertionError, match="solve_torch modified its input"):
+        assert_oracle_contract(_ModifiesFloat32(), states=np.eye(3), picklable=False)
+    with pytest.raises(
+        AssertionError, match=r"solve_torch returned torch.float64 \(\d+, 3\) for torch.float32"
+    ):
+        assert_oracle_contract(_ReturnsFloat64(), states=np.eye(3), picklable=False)

@@ -21,8 +21,8 @@ Tasks (`TASKS`), each with the metric it is judged by:
 * ``terrain``: 12 × 12 terrain maps (1,000 training, 200 test maps, the terrain CNN, Adam 5·10⁻⁴, batch
   35, 10 epochs, S = 1, regret averaged over the batch): % of test maps decided optimally.
 * ``toy``: the paper's top-k toy (10 items, k = 5, the exact expected loss ``E‖z − b‖²`` after 50
-  steps of SGD with momentum, 100 runs per setting, the best of 8 learning rates re-run with fresh
-  noise), Sum-of-Gamma and Gumbel noise averaged: final expected loss.
+  steps of SGD with momentum, 100 runs per setting, the best of the toy experiment's 6 step sizes
+  (0.01 to 3) re-run with fresh noise), Sum-of-Gamma and Gumbel noise averaged: final expected loss.
 * ``vae-sog``, ``vae-gumbel``: the discrete 10-subset VAE on scikit-learn's digits (30 epochs, the
   paper's SoG at τ = 10, or Gumbel(0, 1)): test loss.
 * ``l2x``: learning to explain on the planted corpus (k = 10, 8 epochs, SoG at τ = k): % subset
@@ -386,6 +386,15 @@ def run(
     return rows
 
 
+def _std(values: Sequence[float]) -> float:
+    """Standard deviation over the seeds: 0 for one seed, NaN where a run diverged (not finite)."""
+    if len(values) < 2:
+        return 0.0
+    if not all(math.isfinite(v) for v in values):
+        return math.nan  # statistics.stdev raises on inf and NaN
+    return statistics.stdev(values)
+
+
 def _ratio(score: float, best: float, higher_is_better: bool) -> float:
     """How far ``score`` is from ``best``: 1.0 at the best, > 1 worse."""
     if score == best:
@@ -416,7 +425,7 @@ def _candidate_row(
         "target": candidate.label,
         "lam": lam,
         "mean": statistics.mean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "std": _std(values),
         "values": values,
         "seeds": list(seeds),
     }

@@ -205,6 +205,21 @@ def test_nan_and_plus_inf_rows_are_named_before_any_solve(monkeypatch: pytest.Mo
         oracle.solve_torch(torch.zeros(3, 5))
 
 
+def test_plus_inf_beside_small_weights_is_refused_and_huge_negative_rows_are_scaled() -> None:
+    oracle = TorchMatching(3, 3)
+    w = torch.zeros(3, 9, dtype=torch.float64)
+    w[1, 4] = float("inf")  # every other entry of the batch is 0
+    with pytest.raises(InvalidWeightsError, match="NaN or \\+inf") as info:
+        oracle.solve_torch(w)
+    assert info.value.rows == (1,)
+    wide = TorchMatching(6, 7)
+    small = -0.99 * torch.rand(40, 42, dtype=torch.float64, generator=torch.Generator().manual_seed(3)) - 1.0
+    huge = small * 2.0**1023  # all negative, finite, up to −1.99·2^1023: sums overflow unless scaled
+    assert torch.isfinite(huge).all()
+    z = wide.solve_torch(huge)
+    assert torch.equal(z, wide.solve_torch(small)) and not z.isnan().any()
+
+
 def test_huge_weights_are_scaled_exactly() -> None:
     oracle = TorchMatching(3, 4)
     w = torch.randn(20, 12, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -296,6 +311,12 @@ def test_threads_give_the_single_thread_states(monkeypatch: pytest.MonkeyPatch) 
         assert torch.equal(pickle.loads(pickle.dumps(oracle)).solve_torch(w), single)
         monkeypatch.setattr(matching_module.os, "getpid", lambda: -1)  # as in a forked child
         assert torch.equal(oracle.solve_torch(w), single) and oracle._pool[0] == -1  # a new pool
+        first = oracle._executor(3)
+        assert oracle._executor(3) is first  # one pool per process and thread count
+        other = oracle._executor(2)
+        assert other is not first and oracle._executor(2) is other
+        with pytest.raises(RuntimeError, match="shutdown"):  # the replaced pool was shut down
+            first.submit(int)
         bad = w.clone()
         bad[[40, 250], :20] = -float("inf")
         with pytest.raises(InfeasibleError) as info:
@@ -400,7 +421,7 @@ def test_kernel_gives_scipy_states() -> None:
     w = torch.zeros(4, 6, dtype=torch.float64)
     w[0, 1] = float("nan")  # bad rows come back NaN, the others are solved
     w[1, 2] = float("inf")
-    w[2, :] = torch.arange(6.0, dtype=torch.float64) * 2.0**1000  # scaled first: no overflow
+    w[2, :] = torch.arange(6.0, dtype=torch.float64) * 2.0**1021  # sums overflow unless scaled first
     z = oracle._solve_device(w.to(device)).cpu()
     assert z[:2].isnan().all() and not z[2:].isnan().any()
     assert torch.equal(z[2:], torch.from_numpy(oracle._solve_host(w[2:].numpy())))

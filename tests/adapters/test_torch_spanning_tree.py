@@ -296,3 +296,32 @@ def test_in_an_imle_layer_with_the_default_noise() -> None:
     loss = (z * torch.linspace(-1, 1, 10)).sum()
     loss.backward()
     assert theta.grad is not None and torch.isfinite(theta.grad).all() and theta.grad.abs().sum() > 0
+
+
+def test_cpu_batches_are_solved_in_blocks_under_torch_s_grain_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # no intra-op threads: a block holds at most _CPU_BLOCK entries, and no more blocks than that needs
+    oracle = TorchSpanningTree(6, list(itertools.combinations(range(6), 2)))  # 15 edges
+    seen: list[int] = []
+    real = TorchSpanningTree._boruvka
+
+    def boruvka(self: TorchSpanningTree, key: torch.Tensor, *, early_stop: bool) -> torch.Tensor:
+        seen.append(key.shape[0])
+        return real(self, key, early_stop=early_stop)
+
+    monkeypatch.setattr(TorchSpanningTree, "_boruvka", boruvka)
+    per_block = tree_module._CPU_BLOCK // oracle.n_vars
+    w = torch.rand(2 * per_block + 5, oracle.n_vars, generator=torch.Generator().manual_seed(0))
+    states = oracle.solve_torch(w)
+    assert seen == [per_block, per_block, 5]
+    assert torch.equal(states[-5:], oracle.solve_torch(w[-5:]))  # blocks change nothing
+    seen.clear()
+    oracle.solve_torch(w[:7])
+    assert seen == [7]
+
+
+def test_off_the_cpu_nothing_is_read_back_to_the_host() -> None:
+    # on the meta device a tensor has no values: any host read (a sync on CUDA) would raise
+    oracle = TorchSpanningTree(5, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0), (0, 2), (1, 3)], kind="max")
+    for w in (torch.rand(4, 7), torch.randint(0, 9, (4, 7))):
+        z = oracle.solve_torch(w.to("meta"))
+        assert z.device.type == "meta" and z.shape == (4, 7) and z.dtype == w.dtype

@@ -53,6 +53,16 @@ def test_json_keeps_infinities_and_writes_nan_as_null() -> None:
     }
 
 
+def test_mean_and_sample_standard_deviation_over_seeds() -> None:
+    from imle_solvers.app.results import mean_std
+
+    assert mean_std([1.0, 2.0, 6.0]) == (3.0, pytest.approx(math.sqrt(7.0)))  # Σ(v − 3)² / (n − 1) = 14 / 2
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(math.sqrt(2.0)))
+    assert mean_std([5.0]) == (5.0, 0.0)  # one seed: no spread
+    assert mean_std([1.0, math.inf]) == (math.inf, 0.0) and mean_std([math.nan, 1.0]) == (math.inf, 0.0)
+    assert all(math.isnan(v) for v in mean_std([]))
+
+
 def test_a_metric_without_spread_has_no_std_column() -> None:
     @dataclasses.dataclass(frozen=True)
     class Run:

@@ -92,3 +92,17 @@ def test_an_interrupted_write_leaves_the_old_file_and_its_permissions(
         raise KeyboardInterrupt
     assert target.read_bytes() == b"old" and _mode(target) == 0o604
     assert [p.name for p in tmp_path.iterdir()] == ["curves.png"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts open descriptors in /proc")
+def test_writing_files_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    def open_descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    atomic_write_text(tmp_path / "warm.txt", "x")
+    before = open_descriptors()
+    for i in range(20):
+        atomic_write_json(tmp_path / "results.json", {"i": i})
+        with atomic_path(tmp_path / "curves.png", suffix=".png") as tmp:
+            tmp.write_bytes(b"png")
+    assert open_descriptors() == before

@@ -313,6 +313,47 @@ def test_permutation_accuracy() -> None:
         permutation_accuracy(true[:, :4], true[:, :4], 3)
 
 
+@pytest.mark.timeout(60)
+def test_the_recorded_training_loss_is_the_batch_mean_of_each_tenth_of_the_steps(
+    pools: tuple[DigitPool, DigitPool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # train_loss: the mean, over each tenth of the steps, of ‖z − P‖² averaged over the batch's sequences
+    n, targets, outputs = 3, [], []
+    made = sort_run.make_sequences
+
+    def recorded_sequences(pool: DigitPool, *args: Any) -> sort_data.Sequences:
+        sequences = made(pool, *args)
+        if pool is pools[0]:  # a training batch
+            targets.append(sequences.permutation)
+        return sequences
+
+    class Recorded(torch.nn.Module):
+        def __init__(self, layer: torch.nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, theta: torch.Tensor) -> torch.Tensor:
+            z = self.layer(theta)
+            if self.training:
+                outputs.append(z.detach())
+            return z
+
+    monkeypatch.setattr(sort_run, "make_sequences", recorded_sequences)
+    imle = sort.METHODS["imle"]()
+    method = sort.SortMethod("recorded", lambda *args: Recorded(imle.make(*args)))
+    cfg = sort.SortConfig(ns=(n,), seeds=(0,), steps=23, n_test=10, show_progress=False).resolved()
+    run = sort_run._train_one("imle", n, 0, pools, cfg, method)
+    assert len(targets) == len(outputs) == 23
+    per_step = [float((z - p).square().sum(-1).mean()) for z, p in zip(outputs, targets)]
+    for loss in per_step:  # twice the misplaced numbers of a sequence, averaged over the batch of 20
+        assert 0 <= loss <= 2 * n and loss * cfg.batch_size / 2 == pytest.approx(
+            round(loss * cfg.batch_size / 2)
+        )
+    chunks = np.array_split(np.array(per_step), 10)  # 23 steps: three tenths of 3 steps, seven of 2
+    assert run.train_loss == pytest.approx([float(c.mean()) for c in chunks], rel=1e-6)
+    assert len(set(per_step)) > 2  # the losses differ step by step
+
+
 # --- the command ----------------------------------------------------------------------------------
 
 

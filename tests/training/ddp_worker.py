@@ -1,6 +1,8 @@
 """Run by ``torchrun`` from ``test_distributed.py`` (one launch for every two-process check):
 
 1. ``imle-solvers train`` (the command line's ``main``) on the two processes, writing ``OUT/cli``;
+   then the group's buffer broadcast and a sharded evaluation of a fixed model on 31 instances
+   (``OUT/checks-rank<R>.json``);
 2. ``train_model`` in float64 with the process group, recording the gradient of every step after
    DistributedDataParallel's all-reduce (``OUT/float64-rank<R>.json``);
 3. a hand-written DDP loop around an AI-MLE layer, recording the layer's state after every step
@@ -108,6 +110,39 @@ def train_float64(distributed: DistributedContext | None) -> dict[str, Any]:
     return out
 
 
+def evaluation_case() -> tuple[torch.nn.Module, PTODataset]:
+    """A fixed model (the identity) and 31 test instances of top-3-of-8 (shares of 16 and 15) whose
+    features are the true values, negated on every third row: 20 of the 31 decisions are optimal."""
+    from imle_solvers import TopK
+
+    values = torch.rand(31, 8, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    sign = torch.ones(31, 1, dtype=torch.float64)
+    sign[::3] = -1.0  # rows 0, 3, ..., 30: the worst 3 items are picked
+    return torch.nn.Identity(), PTODataset(values * sign, values, TopK(3, 8))
+
+
+def buffers_case(rank: int) -> torch.nn.Module:
+    """A batch-norm layer whose buffers differ on every process (rank 0: mean 1, variance 10, 5 batches)."""
+    layer = torch.nn.BatchNorm1d(3)
+    values = {"running_mean": rank + 1.0, "running_var": 10.0 * (rank + 1), "num_batches_tracked": rank + 5}
+    for name, buffer in layer.named_buffers():
+        buffer.fill_(values[name])
+    return layer
+
+
+def checks(group: DistributedContext) -> dict[str, Any]:
+    """Rank 0's buffers given to every process, and the sharded evaluation of `evaluation_case`."""
+    from imle_solvers.training.loop import evaluate
+
+    layer = buffers_case(group.rank)
+    group.sync_buffers(layer)
+    model, data = evaluation_case()
+    return {
+        "buffers": {name: buffer.tolist() for name, buffer in layer.named_buffers()},
+        "evaluation": evaluate(model, data, distributed=group),
+    }
+
+
 ADAPTIVE_BATCHES = (8, 9)
 """Global batches of check 3: 8 (shares of 4 and 4) and 9 (5 and 4, and a last batch of 3: 2 and 1)."""
 
@@ -184,6 +219,7 @@ def main(out: Path) -> int:
         return status
     group = process_group("cpu", 60.0)  # the group the command initialised
     assert group is not None and group.world_size == 2 and group.rank == rank
+    (out / f"checks-rank{rank}.json").write_text(json.dumps(checks(group)))
     result = train_float64(group)
     (out / f"float64-rank{rank}.json").write_text(json.dumps(result))
     states = {case_key(*case): adaptive_states(group, *case) for case in adaptive_cases()}

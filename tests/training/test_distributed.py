@@ -45,7 +45,9 @@ from tests.training.ddp_worker import (
     TINY,
     adaptive_cases,
     adaptive_states,
+    buffers_case,
     case_key,
+    evaluation_case,
     train_float64,
 )
 
@@ -134,6 +136,21 @@ def test_a_cuda_graph_step_is_refused_with_several_processes(monkeypatch: pytest
         train_model(plan, prob, "spo+", 0, distributed=group)  # a group the plan did not know of
 
 
+def test_an_nccl_group_is_refused_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)  # a group the caller initialised
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 1)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    with pytest.raises(ConfigError, match="cannot train on the CPU with an nccl process group") as info:
+        process_group("cpu", 5.0)
+    assert info.value.field == "device"
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")  # the CPU's backend is taken
+    assert process_group("cpu", 5.0) == DistributedContext(1, 2, 0, "gloo", torch.device("cpu"))
+
+
 def test_one_process_trains_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert process_group("cpu", 5.0) is None
@@ -165,6 +182,14 @@ def test_each_process_gets_its_rows_of_the_global_noise(base: object) -> None:
             torch.manual_seed(11)
             mine = GlobalBatchNoise(base, rows).sample((rows.stop - rows.start, *shape))  # type: ignore[arg-type]
             assert torch.equal(mine, whole[rows.start : rows.stop])
+
+
+def test_each_process_keeps_only_its_rows_of_the_global_noise() -> None:
+    # a view of the whole batch's noise would keep all B rows alive in every process: W× the memory
+    for rows in (Shard(2, 5, 9), Shard(0, 4, 8)):
+        mine = GlobalBatchNoise(Gumbel(), rows).sample((rows.stop - rows.start, 2, 6))
+        assert mine.shape == (rows.stop - rows.start, 2, 6)
+        assert mine.untyped_storage().nbytes() == mine.numel() * mine.element_size()
 
 
 def test_noise_for_rows_a_process_does_not_hold_is_refused() -> None:
@@ -283,6 +308,26 @@ def test_torchrun_command_trains_on_two_processes_as_on_one(
 
 
 @pytest.mark.timeout(180)
+def test_every_process_evaluates_with_rank_0_s_buffers_and_the_accuracy_of_one(
+    two_processes: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    from imle_solvers.training.loop import evaluate
+
+    out, done = two_processes
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"checks-rank{r}.json").read_text()) for r in (0, 1)]
+    want = {name: buffer.tolist() for name, buffer in buffers_case(0).named_buffers()}
+    assert want != {name: buffer.tolist() for name, buffer in buffers_case(1).named_buffers()}
+    one = evaluate(*evaluation_case())  # one process, the whole test set
+    assert one["accuracy"] == 20 / 31  # a test that can fail: neither 0 nor 1
+    for got in ranks:
+        assert got["buffers"] == want  # running mean, variance and batch count of rank 0
+        # shares of 16 and 15 instances: the sums, and the divisor, of the whole test set
+        assert got["evaluation"]["accuracy"] == one["accuracy"]
+        assert got["evaluation"]["regret"] == pytest.approx(one["regret"], rel=1e-12)
+
+
+@pytest.mark.timeout(180)
 def test_every_step_on_two_processes_has_the_gradient_of_one(
     two_processes: tuple[Path, subprocess.CompletedProcess[str]],
 ) -> None:
@@ -355,8 +400,10 @@ def test_torchrun_dash_m_imle_solvers_train(tmp_path: Path) -> None:
 
 
 def test_workers_and_a_dask_cluster_exclude_each_other() -> None:
-    with pytest.raises(ConfigError, match="--workers and --dask-address exclude each other"):
-        TrainConfig(workers=2, dask_address="tcp://127.0.0.1:8786")
+    for workers in (1, 2):  # one pool process is a pool too
+        with pytest.raises(ConfigError, match="--workers and --dask-address exclude each other"):
+            TrainConfig(workers=workers, dask_address="tcp://127.0.0.1:8786")
+    assert TrainConfig(dask_address="tcp://127.0.0.1:8786").workers == 0  # the cluster alone
     for bad in ("", "tcp://host :8786"):
         with pytest.raises(ConfigError, match="dask_address must be a Dask scheduler address"):
             TrainConfig(dask_address=bad)
@@ -621,11 +668,12 @@ def test_batch_norms_are_the_same_bits_however_the_rows_are_shared(
     gen = torch.Generator().manual_seed(seed)
     theta = (torch.randn(rows, 1, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
     grad = (torch.randn(rows, 3, 7, generator=gen, dtype=torch.float64) * scale).to(dtype)
-    one = batch_norms([theta, grad])  # one process, the whole batch
-    want = torch.stack([theta.double().norm(), grad.double().norm()])
+    flat = (torch.randn(rows, 5, generator=gen, dtype=torch.float64) * scale).to(dtype)  # 2-dim: rows too
+    one = batch_norms([theta, grad, flat])  # one process, the whole batch
+    want = torch.stack([theta.double().norm(), grad.double().norm(), flat.double().norm()])
     torch.testing.assert_close(one, want, rtol=1e-6, atol=0)
     if rows < world:
         return
-    parts = [[theta[a:b], grad[a:b]] for a, b in (share(rows, r, world) for r in range(world))]
+    parts = [[theta[a:b], grad[a:b], flat[a:b]] for a, b in (share(rows, r, world) for r in range(world))]
     for got in _norms_over_shares(parts):  # e.g. 17 / 16 of 33 rows on two processes
         assert torch.equal(got, one)  # to the last bit
