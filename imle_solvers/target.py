@@ -378,12 +378,12 @@ class AutoTarget(TargetDistribution):
     --------
     >>> from imle_solvers import IMLE, AutoTarget, TopK
     >>> IMLE(TopK(k=2, n_vars=5)).target
-    AutoTarget(near=2.0, far=30.0, cap=10.0, sync=True)
+    AutoTarget(near=2.0, far=30.0, cap=3.0, sync=True)
     """
 
     near: float = 2.0
     far: float = 30.0
-    cap: float = 10.0
+    cap: float = 3.0
     sync: bool = True
     process_group: Any = dataclasses.field(default=None, repr=False, compare=False)
 

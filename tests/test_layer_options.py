@@ -198,7 +198,7 @@ def test_imle_defaults() -> None:
     oracle = TopK(2, M)
     layer = IMLE(oracle)
     assert layer.noise == SumOfGamma(k=2.0, tau=1.0, s=10)  # k from oracle.expected_nonzeros
-    assert type(layer.target) is AutoTarget and layer.target == AutoTarget(near=2.0, far=30.0, cap=10.0)
+    assert type(layer.target) is AutoTarget and layer.target == AutoTarget(near=2.0, far=30.0, cap=3.0)
     assert layer.rule is layer.target
     assert layer.samples == 1 and layer.pool is None and layer.generator is None
     assert layer.check_finite is None and layer.noise_on == "theta" and layer.target_noise_scale == 1.0
@@ -209,7 +209,7 @@ def test_imle_defaults() -> None:
     # the default target, seen in the gradient: AutoTarget(2, 30, 10), the same ε (scale 1)
     assert same(
         observe(IMLE(host(), generator=gen()), W),
-        observe(IMLE(host(), None, AutoTarget(near=2.0, far=30.0, cap=10.0), generator=gen()), W),
+        observe(IMLE(host(), None, AutoTarget(near=2.0, far=30.0, cap=3.0), generator=gen()), W),
     )
     assert not same(
         observe(IMLE(host(), generator=gen()), W),

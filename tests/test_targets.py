@@ -640,7 +640,7 @@ def test_rows_with_forbidden_pairs_keep_a_finite_nonzero_gradient(target: str, s
 
 
 # --------------------------------------------------------------------------- the default, AutoTarget
-def _unit(perturbed: torch.Tensor, g: torch.Tensor, eps: torch.Tensor, cap: float = 10.0) -> torch.Tensor:
+def _unit(perturbed: torch.Tensor, g: torch.Tensor, eps: torch.Tensor, cap: float = 3.0) -> torch.Tensor:
     """u = ‖min(s, c·σ)‖₂ / ‖‖g‖_∞‖₂ over the samples with g ≠ 0, written out."""
     g_max = g.abs().amax(-1)  # [N, S]
     active = g_max > 0
@@ -738,7 +738,7 @@ def test_auto_target_sync_off_and_options_checked() -> None:
             AutoTarget(**bad)  # type: ignore[arg-type]
 
 
-def test_auto_target_caps_the_spread_at_ten_spreads_of_the_noise() -> None:
+def test_auto_target_caps_the_spread_at_three_spreads_of_the_noise() -> None:
     # confident weights (a spread far beyond the noise's): the step stops growing with them
     theta = 100.0 * THETA  # std(θ) ≈ 100, Gumbel(0.1) noise std ≈ 0.13
     s = 2
