@@ -55,9 +55,9 @@ TINY = (
 )
 """The command line of check 1 (and of its one-process reference)."""
 
-FLOAT64_METHODS = ("imle-mumu", "aimle", "pfyl", "dpo", "spo+", "two-stage")
-"""Methods of check 2: noise through the layers (SumOfGamma, Gumbel, Normal) and none; AI-MLE's λ from
-the norms of the global batch."""
+FLOAT64_METHODS = ("imle", "imle-mumu", "aimle", "pfyl", "dpo", "spo+", "two-stage")
+"""Methods of check 2: noise through the layers (SumOfGamma, Gumbel, Normal) and none; the default
+target's unit and AI-MLE's λ from the norms of the global batch."""
 
 ADAPTIVE_VARIANTS = ("inside", "after", "unsynced", "row")
 """Check 3: AdaptiveTarget inside the DDP-wrapped model (its buffers broadcast from rank 0 at every
