@@ -193,21 +193,79 @@ def chunk_bounds(
     chunksize: int | None = None,
     overhead_s: float = 0.0,
 ) -> list[tuple[int, int]]:
-    """Row ranges ``[(a, b), …]``: ``chunksize`` if given, else ``W … 4W`` chunks, each of at least
-    `TARGET_CHUNK_S` of solving and `CHUNK_OVER_OVERHEAD` times ``overhead_s``.
+    """Row ranges ``[(a, b), …]`` of the chunks of a call, in the order the workers take them.
 
-    One chunk per worker minimises round trips (each costs a wake-up on both sides, milliseconds on
-    a busy machine, tens of milliseconds for a Dask task); up to four per worker balance solves of
-    uneven length where the round trips are cheap next to them.
+    Parameters
+    ----------
+    rows
+        Rows to cut.
+    row_s
+        Seconds of solving per row (``None``: not timed yet).
+    workers
+        Workers that solve chunks at the same time (``W``).
+    offset
+        Global row of the first row.
+    chunksize
+        Rows per chunk: equal chunks of this size (the last one shorter).
+    overhead_s
+        The runner's measured fixed cost of a call.
+
+    Returns
+    -------
+    list of tuple of int
+        Contiguous ``(a, b)`` ranges that cover ``offset … offset + rows`` once, in order.
+
+    Notes
+    -----
+    A *least chunk* carries ``max(TARGET_CHUNK_S, CHUNK_OVER_OVERHEAD · overhead_s)`` seconds of
+    solving (20 ms on a pipe, ten round trips for a Dask task): less, and round trips (a wake-up on
+    both sides, milliseconds on a busy machine, tens of milliseconds for a Dask task) eat the gain.
+
+    * With ``chunksize``, chunks are of that size.
+    * Rows of unknown cost get ``W … 4W`` equal chunks, as many least chunks as they would hold at
+      20 ms per row.
+    * Rows whose total solving is at most ``W`` least chunks get one chunk per worker: that
+      minimises round trips, and splitting further would make chunks too small to pay for theirs.
+    * Otherwise the schedule is *guided* (OpenMP's ``schedule(guided)``): each chunk takes about
+      ``remaining / 2W`` rows, never less than a least chunk (nor more than ``rows / W``, so every
+      worker gets one), the last one what is left. The first chunks are large, so a call makes few
+      round trips (about ``2W · (1 + ln(total / 2W least chunks))``), and the chunks that end the call
+      are small: the workers take chunks in order as they finish one, so when uneven solve times
+      leave one worker idle, it waits at most about one least chunk for the others. Equal chunks
+      leave it idle for about half a chunk, and a chunk is ``1/4W`` of the call or more.
+
+    References
+    ----------
+    Polychronopoulos, C. D. and Kuck, D. J. (1987). Guided self-scheduling: a practical scheduling
+    scheme for parallel supercomputers. IEEE Transactions on Computers, C-36(12), 1425-1439.
+
+    OpenMP Architecture Review Board, OpenMP Application Programming Interface, the ``schedule``
+    clause of the worksharing-loop construct (``guided``), <https://www.openmp.org/specifications/>.
     """
+    if rows <= 0:
+        return []
     if chunksize is not None:
-        size = chunksize
+        sizes = [chunksize] * math.ceil(rows / chunksize)
     else:
-        total = rows * (row_s if row_s is not None else TARGET_CHUNK_S)
         least = max(TARGET_CHUNK_S, CHUNK_OVER_OVERHEAD * overhead_s)  # seconds of solving a chunk
+        total = rows * (row_s if row_s is not None else TARGET_CHUNK_S)
         count = min(rows, max(workers, min(4 * workers, math.ceil(total / least))))
-        size = max(1, math.ceil(rows / max(count, 1)))
-    return [(offset + a, offset + min(a + size, rows)) for a in range(0, rows, size)]
+        if row_s is None or count <= workers:  # not timed, or fast rows: equal chunks
+            size = math.ceil(rows / count)
+            sizes = [size] * math.ceil(rows / size)
+        else:  # guided: ≈ remaining / 2W rows each, at least a least chunk, at most rows / W
+            least_rows = min(math.ceil(least / row_s), math.ceil(rows / workers))
+            sizes, left = [], rows
+            while left > 0:
+                size = min(left, max(least_rows, math.ceil(left / (2 * workers))))
+                sizes.append(size)
+                left -= size
+    bounds, a = [], 0
+    for size in sizes:
+        b = min(a + size, rows)
+        bounds.append((offset + a, offset + b))
+        a = b
+    return bounds
 
 
 def route(

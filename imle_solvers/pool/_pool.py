@@ -101,8 +101,12 @@ class SolverPool:
         abandoned (it finishes in the background); Dask workers still running the call's tasks are
         restarted. The serial backend checks the limit between rows.
     chunksize
-        Rows per chunk; default: sized from the measured solve time, one to four chunks per worker of
-        at least ~20 ms of solving each.
+        Rows per chunk (equal chunks). Default: sized from the measured solve time. Rows that hold at
+        most one chunk of ~20 ms of solving per worker go out as one chunk per worker (fewest round
+        trips); slower rows in a guided schedule, as OpenMP's ``schedule(guided)``: each chunk takes about
+        ``remaining / 2W`` rows, never less than ~20 ms of solving (nor ten measured round trips), so the
+        first chunks are large and the last ones small, and no worker waits long for the others at the
+        end of a call.
     min_parallel_seconds
         Batches whose predicted serial solve time is below this are solved in the caller.
     fallback

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from imle_solvers.pool._dask import DaskRunner
 from imle_solvers.pool._plan import (
+    CHUNK_OVER_OVERHEAD,
     EMA,
     PIPE_BYTES_PER_S,
     REMEASURE_CLOSE,
     REMEASURE_EVERY,
     REMEASURE_FIRST,
+    TARGET_CHUNK_S,
     Decision,
     Policy,
     Route,
@@ -98,20 +103,78 @@ def test_route_by_default_keeps_unsafe_oracles_off_the_caller_of_an_isolating_ru
 
 
 # --------------------------------------------------------------------------- chunks
-def test_chunk_bounds() -> None:
+def sizes(bounds: list[tuple[int, int]]) -> list[int]:
+    return [b - a for a, b in bounds]
+
+
+def test_chunk_bounds_explicit_untimed_and_fast_rows_are_equal_chunks() -> None:
     assert chunk_bounds(10, None, 2, offset=3, chunksize=4) == [(3, 7), (7, 11), (11, 13)]
-    assert chunk_bounds(8, 1.0, 2) == [
-        (i, i + 1) for i in range(8)
-    ]  # slow rows: 4W chunks at most … of 8 rows
+    assert chunk_bounds(640, 3e-3, 2, chunksize=80) == [(a, a + 80) for a in range(0, 640, 80)]  # not guided
+    assert chunk_bounds(100, None, 2) == [(a, min(a + 13, 100)) for a in range(0, 100, 13)]  # untimed: 4W
     assert chunk_bounds(100, 1e-6, 3) == [(0, 34), (34, 68), (68, 100)]  # fast rows: one chunk per worker
-    assert len(chunk_bounds(100, 1e-3, 2)) == 5  # 0.1 s of solving: 20 ms chunks, W ≤ 5 ≤ 4W
-    assert len(chunk_bounds(1000, 1.0, 2)) == 8  # never more than 4 chunks per worker
+    assert chunk_bounds(100, 4e-4, 2) == [(0, 50), (50, 100)]  # 40 ms = W least chunks: still one each
+    assert chunk_bounds(100, 0.0, 2) == [(0, 50), (50, 100)]  # a no-op oracle
     assert chunk_bounds(3, None, 8) == [(0, 1), (1, 2), (2, 3)]  # never more chunks than rows
-    assert chunk_bounds(0, 1.0, 2) == []
-    # a costly round trip (a Dask task of 0.1 s): chunks of at least ten of them, one per worker here
-    assert len(chunk_bounds(320, 1e-2, 2)) == 8  # 3.2 s of solving, 20 ms chunks: 4 per worker
-    assert len(chunk_bounds(320, 1e-2, 2, overhead_s=0.1)) == 4  # 1 s chunks: 3.2 → 4 (W ≤ 4 ≤ 4W)
-    assert len(chunk_bounds(320, 1e-2, 2, overhead_s=1.0)) == 2  # one per worker, never fewer
+    assert chunk_bounds(3, 1.0, 8) == [(0, 1), (1, 2), (2, 3)]
+    assert chunk_bounds(0, 1.0, 2) == [] and chunk_bounds(0, None, 2, chunksize=4) == []
+
+
+def test_chunk_bounds_guided_chunks_shrink_from_a_quarter_to_the_least_chunk() -> None:
+    # the TSP epoch of the benchmarks: CP-SAT, ~3 ms a tour, 640 rows on 2 workers; 20 ms = 7 rows
+    assert sizes(chunk_bounds(640, 3e-3, 2)) == [160, 120, 90, 68, 51, 38, 29, 21, 16, 12, 9, 7, 7, 7, 5]
+    half = chunk_bounds(320, 3e-3, 2, offset=5)
+    assert half[0] == (5, 85) and half[-1][1] == 325  # the first: rows / 2W
+    # a measured overhead of 5 ms per call: chunks of 10 overheads = 50 ms = 17 rows at least
+    assert sizes(chunk_bounds(640, 3e-3, 2, overhead_s=5e-3))[-4:] == [17, 17, 17, 12]
+    assert sizes(chunk_bounds(100, 1e-3, 2)) == [25, 20, 20, 20, 15]  # 0.1 s: the least chunk (20 ms) rules
+    assert sizes(chunk_bounds(8, 1.0, 2)) == [2, 2, 1, 1, 1, 1]  # slow rows: down to one row a chunk
+    assert sizes(chunk_bounds(5, 1.0, 4)) == [1, 1, 1, 1, 1]
+
+
+def test_chunk_bounds_a_costly_round_trip_keeps_tasks_few() -> None:
+    # a Dask task's round trip (0.1 s): chunks of at least ten of them
+    assert len(chunk_bounds(320, 1e-2, 2)) == 16  # 3.2 s of solving, 20 ms chunks: guided
+    assert sizes(chunk_bounds(320, 1e-2, 2, overhead_s=0.1)) == [100, 100, 100, 20]  # 1 s chunks
+    assert chunk_bounds(320, 1e-2, 2, overhead_s=1.0) == [(0, 160), (160, 320)]  # one per worker, never fewer
+    big = sizes(chunk_bounds(10**6, 1e-3, 16, overhead_s=0.1))  # 1000 s of solving: ≥ 1 s a task
+    assert min(big[:-1]) == 1000 and len(big) < 2 * 16 * (1 + math.log(10**6 / (2 * 16 * 1000)))
+
+
+@given(
+    rows=st.integers(0, 5000),
+    workers=st.integers(1, 32),
+    row_s=st.one_of(st.none(), st.floats(0.0, 1.0), st.floats(1e-7, 1e-3)),
+    overhead_s=st.one_of(st.just(0.0), st.floats(0.0, 0.5)),
+    offset=st.integers(0, 100),
+)
+def test_chunk_bounds_properties(
+    rows: int, workers: int, row_s: float | None, overhead_s: float, offset: int
+) -> None:
+    bounds = chunk_bounds(rows, row_s, workers, offset, overhead_s=overhead_s)
+    # every row once, in order
+    assert [r for a, b in bounds for r in range(a, b)] == list(range(offset, offset + rows))
+    got = sizes(bounds)
+    assert all(s > 0 for s in got)
+    assert got == sorted(got, reverse=True)  # the big chunks go first
+    if rows == 0:
+        return
+    least_s = max(TARGET_CHUNK_S, CHUNK_OVER_OVERHEAD * overhead_s)
+    per_worker = math.ceil(rows / workers)
+    assert len(bounds) >= min(workers, rows) or got[0] == per_worker  # every worker gets a chunk
+    assert got[0] <= per_worker
+    if row_s is None:  # untimed: W … 4W equal chunks, as if each row took 20 ms
+        assert len(bounds) <= 4 * workers
+        assert len(set(got[:-1])) <= 1
+        return
+    total = rows * row_s
+    if total <= workers * least_s:  # fast rows: one chunk per worker
+        assert got[0] == per_worker and len(bounds) == math.ceil(rows / per_worker)
+        return
+    least_rows = min(math.ceil(least_s / row_s), per_worker)
+    assert all(s >= least_rows for s in got[:-1])  # no chunk below the least one but the last
+    assert got[0] == max(least_rows, math.ceil(rows / (2 * workers)))  # the first: about rows / 2W
+    # few round trips: a geometric run down to the least chunk, then at most 2W least chunks
+    assert len(bounds) <= 2 * workers * (1 + math.log(max(1.0, rows / (2 * workers * least_rows)))) + 2
 
 
 # --------------------------------------------------------------------------- decide
