@@ -225,18 +225,8 @@ def knapsack_problem(spec: ProblemSpec) -> Problem:
 
 def terrain_problem(spec: ProblemSpec) -> Problem:
     """K×K terrain maps (Warcraft stand-in), CNN, 8-neighbour vertex-weighted paths."""
-    from ..data.terrain import terrain_maps
-
     model = _image_model("terrain", spec)
-    data = terrain_maps(
-        spec.n_train + spec.n_test,
-        size=spec.size,
-        seed=spec.seed,
-        image_dtype=torch.uint8,
-        cache=spec.cache,
-        device=spec.device,
-    )
-    train, test = data.split(spec.n_train)
+    train, test = _generated_maps(spec)
     return _image_problem("terrain", train, test, model, spec)
 
 
@@ -252,17 +242,7 @@ def warcraft_problem(spec: ProblemSpec) -> Problem:
     """
     model = _image_model("warcraft", spec)
     if spec.data is None:
-        from ..data.terrain import terrain_maps
-
-        data = terrain_maps(
-            spec.n_train + spec.n_test,
-            size=spec.size,
-            seed=spec.seed,
-            image_dtype=torch.uint8,
-            cache=spec.cache,
-            device=spec.device,
-        )
-        train, test = data.split(spec.n_train)
+        train, test = _generated_maps(spec)
     else:
         from ..data.warcraft import warcraft_maps
 
@@ -273,6 +253,21 @@ def warcraft_problem(spec: ProblemSpec) -> Problem:
             raise ConfigError(str(exc), "data") from None
     kappa = float(train.solutions.sum(-1).mean()) if len(train) else None  # mean path length
     return _image_problem("warcraft", train, test, model, spec, kappa)
+
+
+def _generated_maps(spec: ProblemSpec) -> tuple[PTODataset, PTODataset]:
+    """The ``n_train`` training and ``n_test`` test maps of `terrain_maps` (uint8 images, on the device)."""
+    from ..data.terrain import terrain_maps
+
+    data = terrain_maps(
+        spec.n_train + spec.n_test,
+        size=spec.size,
+        seed=spec.seed,
+        image_dtype=torch.uint8,
+        cache=spec.cache,
+        device=spec.device,
+    )
+    return data.split(spec.n_train)
 
 
 def _image_model(name: str, spec: ProblemSpec) -> str:
