@@ -237,3 +237,18 @@ def test_arcs_that_fold_to_no_tour_are_refused(
     monkeypatch.setattr(tsp.oracle, "_engine", Arcs())
     with pytest.raises(InvalidSolutionError, match="CP-SAT returned arcs that are not one tour"):
         tsp.solve(np.ones(6))
+
+
+@pytest.mark.parametrize(("backend", "formulation"), BACKENDS)
+def test_two_cheap_triangles_are_no_tour(backend: str, formulation: str) -> None:
+    # subtour elimination: every edge of two disjoint triangles costs 0, every other edge 10. The two
+    # triangles give every node degree 2 for nothing, but a tour crosses between them twice: cost 20
+    rows = []
+    for first, second in [((0, 2, 4), (1, 3, 5)), ((0, 3, 5), (1, 2, 4))]:
+        cheap = set(itertools.combinations(first, 2)) | set(itertools.combinations(second, 2))
+        rows.append([0.0 if e in cheap else 10.0 for e in tsp_edges(6)])
+    c = np.array(rows)
+    tsp = TravellingSalesperson(6, backend, formulation=formulation)  # type: ignore[arg-type]
+    z = tsp.solve_batch(c)
+    for state, row in zip(z, c):
+        assert len(tsp.tour(state)) == 6 and float(state @ row) == 20.0
