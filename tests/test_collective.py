@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 import torch
 
-from imle_solvers._collective import LIMB_BITS, batch_norms, finite_part, sync_group
+from imle_solvers._collective import LIMB_BITS, Sync, batch_norms, finite_part, sync_group
 
 
 def _exact_norm(t: torch.Tensor) -> float:
@@ -66,3 +66,15 @@ def test_finite_part_and_one_process_syncs_nothing() -> None:
     x = torch.tensor([1.0, -math.inf, math.nan, 2.0])
     assert finite_part(x).tolist() == [1.0, 0.0, 0.0, 2.0]
     assert sync_group(True, None) is None and sync_group(False, None) is None  # no process group here
+
+
+def test_a_process_group_of_one_syncs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "None (one process, or sync=False)": an initialised group of one process has nothing to combine
+    import torch.distributed as dist
+
+    sizes = {None: 1, "pair": 2}
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: sizes[group])
+    assert sync_group(True, None) is None
+    assert sync_group(True, "pair") == Sync("pair") and sync_group(False, "pair") is None

@@ -265,6 +265,28 @@ def test_zero_upstream_gradient_gives_a_zero_estimate() -> None:
         assert x.grad[2, 2] > 0 and x.grad[2, 3] < 0
 
 
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_samples_without_a_gradient_keep_theta_and_the_oracle_sees_finite_weights(target: str) -> None:
+    # "Rows (and samples) with ∇zL = 0 get a zero gradient": their target is θ itself, and every weight
+    # the oracle is asked to solve is finite (an oracle that checks its weights refuses NaN)
+    theta, eps, z, g = _auto_case(6, 330)
+    g[::2] = 0.0  # rows 0, 2, 4: no gradient in either sample
+    g[1, 1] = 0.0  # row 1: none in its second sample
+    seen: list[torch.Tensor] = []
+
+    def solve(weights: torch.Tensor) -> torch.Tensor:
+        seen.append(weights)
+        return ORACLE.solve_torch(weights)
+
+    rule = TARGETS[target]()
+    got = rule.estimate(theta, eps, z, g, solve)
+    assert seen and all(bool(torch.isfinite(w).all()) for w in seen)
+    assert torch.isfinite(got).all() and got[::2].abs().sum() == 0
+    params = rule.params(theta, g)  # θ' = θ − (a step proportional to ∇zL)   [6, 2, 8]
+    assert torch.equal(params[::2], theta[::2].expand(3, 2, 8)) and torch.equal(params[1, 1], theta[1, 0])
+    assert torch.isfinite(params).all() and not torch.equal(params[1::2, 0], theta[1::2, 0])
+
+
 # --------------------------------------------------------------------------- homogeneity, not linearity
 HOMOGENEOUS: dict[str, Callable[[], TargetDistribution]] = {
     **TARGETS,

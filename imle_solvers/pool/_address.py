@@ -21,7 +21,8 @@ def scheduler_address(text: str) -> str:
     ``ValueError`` saying what is expected and what is wrong (``"must be … , got 'abc': no port"``).
 
     A bare ``HOST:PORT`` means ``tcp://HOST:PORT``, as for Dask; an IPv6 host is written in brackets
-    (``tcp://[::1]:8786``); the port lies in 1-65535.
+    (``tcp://[::1]:8786``); the port lies in 1-65535. The message quotes ``text`` whole up to 60
+    characters, and a longer one as its first 59 and ``…`` (one short line, whatever was passed).
     """
     if not text.strip():
         return _refuse(text, "empty")

@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from imle_solvers import ILP, TravellingSalesperson
 from imle_solvers.adapters.graphs.tsp import tsp_edges, tsp_ilp
-from imle_solvers.errors import InvalidWeightsError, SolverTimeoutError, UnprovenSolutionWarning
+from imle_solvers.errors import (
+    InvalidSolutionError,
+    InvalidWeightsError,
+    SolverTimeoutError,
+    UnprovenSolutionWarning,
+)
 from imle_solvers.testing import assert_oracle_contract
 
 pytestmark = pytest.mark.timeout(50)  # solvers in this process: a test that loops fails, not the suite
@@ -144,6 +149,8 @@ def test_bad_arguments_and_weights() -> None:
         TravellingSalesperson(4, "gurobi")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="formulation"):
         TravellingSalesperson(4, "highs", formulation="dfj")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="formulation"):  # checked whatever the back end
+        TravellingSalesperson(4, formulation="dfj")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="time_limit"):
         TravellingSalesperson(4, time_limit=0)
     with pytest.raises(ValueError, match="backend"):
@@ -183,3 +190,65 @@ def test_pickles_and_keeps_its_states() -> None:
     copy = pickle.loads(pickle.dumps(tsp))
     assert np.array_equal(copy.solve_batch(c), before)
     assert "n_nodes=6" in repr(copy)
+
+
+def test_the_resolution_bounds_the_tolerance_and_a_huge_one_is_capped() -> None:
+    # "the tour's cost is within n · max|c| / (2R) of the optimum": R = 4 rounds each cost to a quarter of
+    # the largest; an R beyond what CP-SAT's int64 objective holds is capped, and the tours stay optimal
+    rng = np.random.default_rng(11)
+    tours = all_tours(6)
+    costs = rng.uniform(-3.0, 5.0, size=(3, 15))
+    costs[1, 4] = -6.0  # the largest cost in magnitude is negative
+    for c in costs:
+        best = float((tours @ c).min())
+        coarse = TravellingSalesperson(6, resolution=4.0)
+        tolerance = coarse.objective_tolerance(c)
+        assert tolerance == 6 * float(np.abs(c).max()) / 8
+        assert float(coarse.solve(c) @ c) <= best + tolerance + 1e-12
+        huge = TravellingSalesperson(6, resolution=1e30)
+        assert huge.objective_tolerance(c) < 1e-12 * float(np.abs(c).max())
+        assert float(huge.solve(c) @ c) == pytest.approx(best, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("forward", "backward", "why"),
+    [
+        ([1, 0, 0, 0, 0, 1], [1, 0, 0, 0, 0, 1], "two 2-cycles: 4 edges, each taken both ways"),
+        ([1, 0, 0, 1, 0, 0], [0, 0, 1, 0, 0, 0], "3 edges: a node left out"),
+    ],
+)
+def test_arcs_that_fold_to_no_tour_are_refused(
+    forward: list[int], backward: list[int], why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the fold z_e = a_ij + a_ji is checked: n edges, each at most once (CP-SAT's circuit gives one
+    # tour; arcs from anywhere else must not pass as one)
+    from imle_solvers.adapters.ilp._engine import Outcome
+
+    tsp = TravellingSalesperson(4)
+    real = tsp.oracle._engine  # type: ignore[attr-defined]
+    assert tsp.solve(np.ones(6)).sum() == 4  # the real engine: one tour
+
+    class Arcs:
+        integral = real.integral
+
+        def solve(self, costs: np.ndarray) -> Outcome:
+            return Outcome("optimal", [float(a) for a in forward + backward])
+
+    monkeypatch.setattr(tsp.oracle, "_engine", Arcs())
+    with pytest.raises(InvalidSolutionError, match="CP-SAT returned arcs that are not one tour"):
+        tsp.solve(np.ones(6))
+
+
+@pytest.mark.parametrize(("backend", "formulation"), BACKENDS)
+def test_two_cheap_triangles_are_no_tour(backend: str, formulation: str) -> None:
+    # subtour elimination: every edge of two disjoint triangles costs 0, every other edge 10. The two
+    # triangles give every node degree 2 for nothing, but a tour crosses between them twice: cost 20
+    rows = []
+    for first, second in [((0, 2, 4), (1, 3, 5)), ((0, 3, 5), (1, 2, 4))]:
+        cheap = set(itertools.combinations(first, 2)) | set(itertools.combinations(second, 2))
+        rows.append([0.0 if e in cheap else 10.0 for e in tsp_edges(6)])
+    c = np.array(rows)
+    tsp = TravellingSalesperson(6, backend, formulation=formulation)  # type: ignore[arg-type]
+    z = tsp.solve_batch(c)
+    for state, row in zip(z, c):
+        assert len(tsp.tour(state)) == 6 and float(state @ row) == 20.0

@@ -59,3 +59,13 @@ def test_malformed_addresses_say_what_is_expected_and_what_is_wrong(address: str
     assert why in config.value.reason
     with pytest.raises(ValueError, match="dask_address must be a Dask scheduler address"):
         SolverPool(backend="dask", dask_address=address)  # before anything connects
+
+
+@pytest.mark.parametrize("length", [59, 60, 61, 200])
+def test_the_message_quotes_at_most_60_characters_of_the_address(length: int) -> None:
+    address = "tcp://" + "h" * (length - 6)  # no port: refused, quoted whole up to 60 characters
+    with pytest.raises(ValueError) as info:
+        scheduler_address(address)
+    shown = address if length <= 60 else address[:59] + "…"
+    assert len(shown) == min(length, 60)
+    assert str(info.value).endswith(f", got {shown!r}: no port")

@@ -4,11 +4,13 @@ a (pretended) GPU."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
 
 import imle_solvers.training.plan as plan_module
+from imle_solvers import Gumbel, SumOfGamma
 from imle_solvers.app.config import fields
 from imle_solvers.app.machine import resolve_device
 from imle_solvers.errors import ConfigError
@@ -24,6 +26,7 @@ from imle_solvers.training.plan import (
     require_recordable,
 )
 from tests.support.training import plan_of
+from tests.support.warcraft import write_warcraft
 
 CPU, CUDA, CUDA1 = torch.device("cpu"), torch.device("cuda"), torch.device("cuda", 1)
 
@@ -68,10 +71,14 @@ def test_auto_amp_and_channels_last(
     assert auto_channels_last(device, model) is last
 
 
-def test_bf16_needs_a_cuda_device() -> None:
+def test_bf16_needs_a_cuda_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bf16_supported(CPU) is False
     if not torch.cuda.is_available():
         assert bf16_supported(CUDA) is False  # asked without a GPU: no, not an error
+    # on a machine with an Ampere-or-later GPU: the GPU runs bfloat16 natively, the CPU still does not
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert bf16_supported(CUDA) is True and bf16_supported(CPU) is False
 
 
 @pytest.mark.parametrize(
@@ -82,6 +89,7 @@ def test_bf16_needs_a_cuda_device() -> None:
         (CPU, "device", 0, None, 1, "it needs a CUDA device, got cpu"),
         (CUDA, "host", 0, None, 1, "the oracles solve on the host (--oracle host)"),
         (CUDA, "device", 2, None, 1, "a solver pool solves on the host (--workers 2)"),
+        (CUDA, "device", 1, None, 1, "a solver pool solves on the host (--workers 1)"),  # a pool too
         (CUDA, "device", 0, "tcp://h:8786", 1, "a Dask cluster solves on the host (--dask-address)"),
         (CUDA, "device", 0, None, 2, "2 training processes: DistributedDataParallel's all-reduce"),
         (CPU, "host", 3, None, 4, "it needs a CUDA device, got cpu"),  # the first reason is given
@@ -197,6 +205,35 @@ def test_on_a_gpu_auto_is_the_measured_fastest(monkeypatch: pytest.MonkeyPatch) 
         plan_of(problem="warcraft", compile="graph", oracle="host")
     monkeypatch.setattr(plan_module, "bf16_supported", lambda device: False)
     assert _step(problem="warcraft") == ("graph", False, True, "device")
+
+
+@pytest.mark.usefixtures("gpu")
+def test_the_record_says_what_the_step_runs_on_a_gpu() -> None:
+    # results.json records the resolved step, not the option as given (auto)
+    record = plan_of(problem="warcraft").record
+    assert (record["compile"], record["amp"], record["channels_last"]) == ("graph", "bf16", "on")
+    record = plan_of(problem="warcraft", compile="off", amp="off", channels_last="off").record
+    assert (record["compile"], record["amp"], record["channels_last"]) == ("off", "off", "off")
+
+
+def test_the_noise_option_picks_the_distribution() -> None:
+    for noise, kind in (("sog", SumOfGamma), ("gumbel", Gumbel)):
+        drawn = plan_of(noise=noise, tau=2.5).options.noise
+        assert type(drawn) is kind and drawn.tau == 2.5, noise
+
+
+def test_published_files_give_the_counts_and_more_is_refused(tmp_path: Path) -> None:
+    # --data: as many maps as the files hold (28 training, 14 test), or as asked; more is refused
+    write_warcraft(tmp_path, 4)
+    fields = {"problem": "warcraft", "size": 4, "data": str(tmp_path), "batch_size": 5}
+    assert (plan_of(**fields).data.n_train, plan_of(**fields).data.n_test) == (28, 14)
+    exact = plan_of(**fields, n_train=28, n_test=14).data
+    assert (exact.n_train, exact.n_test) == (28, 14)  # all of them: not more than the files hold
+    fewer = plan_of(**fields, n_train=5).data
+    assert (fewer.n_train, fewer.n_test) == (5, 14)
+    with pytest.raises(ConfigError, match=r"test_maps\.npy holds 14 maps, 15 are asked for") as info:
+        plan_of(**fields, n_test=15)
+    assert info.value.field == "data"
 
 
 def test_a_batch_larger_than_the_training_set_warns() -> None:
