@@ -202,8 +202,8 @@ class RelativeTarget(TargetDistribution):
       difference in the sense of eq. 11. On enumerable problems its mean estimate is the closest to
       the exact gradient ``∇θ E_p[L]`` of the I-MLE targets, at every loss scale and offset
       (``imle-solvers bench exact``; only the score-function estimator of
-      [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer], with 2.5 times its noise, comes closer
-      on average). The price is in single draws: most are exactly zero (88 % on the 3-subsets of 8),
+      [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer], with about twice its noise, comes closer
+      on average). The price is in single draws: most are exactly zero (75-85 % on the 3-subsets of 8),
       and a model trained on them trains worse than with the default
       [`AutoTarget`][imle_solvers.AutoTarget] on every task measured (``imle-solvers bench targets``):
       use it where many draws are averaged.
