@@ -11,11 +11,13 @@ treats any layer with S outputs. All tensors are in θ-space (scores to maximise
 Targets:
 
 * [`AutoTarget`][imle_solvers.AutoTarget] (the default of [`IMLE`][imle_solvers.IMLE]): eq. 8 with
-  a step sized per batch from the spreads of θ + ε and of the loss gradient, a central difference in
-  general and the best state under the loss as the far side where the loss is linear in z. Chosen by
-  training every task the library ships (``imle-solvers bench targets``). Positively homogeneous in
-  ``∇z L`` (``grad(α·L) = α·grad(L)`` for α > 0; not additive), invariant to offsets of θ where every
-  state has the same size, and scaled by ``1/c`` when θ and the noise temperature are scaled by c.
+  a step sized per batch from the spreads of θ + ε and of the loss gradient (at least a share of each
+  row's own), the best state under the loss as the far side where the loss is linear in z and a central
+  difference where it is curved, blended by a weight read from the samples (or declared, or a prior at
+  one sample). Chosen by training every task the library ships at S = 1 and S = 10 on linear and
+  curved losses (``imle-solvers bench targets``). Positively homogeneous in ``∇z L``
+  (``grad(α·L) = α·grad(L)`` for α > 0; not additive), invariant to offsets of θ where every state has
+  the same size, and scaled by ``1/c`` when θ and the noise temperature are scaled by c.
 * [`RelativeTarget`][imle_solvers.RelativeTarget]: a local step (eq. 11) of a tenth of the spread of
   θ + ε per row, two-sided: of the I-MLE targets the closest to the exact gradient on average, but
   most single draws are zero. [`RelativeTarget.large_step`][imle_solvers.RelativeTarget.large_step] is
@@ -41,13 +43,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from ._checks import positive
+from ._checks import non_negative, positive
 
 __all__ = [
     "AutoTarget",
@@ -296,40 +299,72 @@ class RelativeTarget(TargetDistribution):
         return pid_estimate(theta, eps, z, step, inverse, solve, self.two_sided)
 
 
+LINEAR_BAND: tuple[float, float] = (0.01, 0.1)
+"""``(ν₀, ν₁)``: a row whose upstream gradients vary across its samples by a relative amount
+``ν ≤ ν₀`` is linear in z for [`AutoTarget`][imle_solvers.AutoTarget], one with ``ν ≥ ν₁`` is not, and
+the weight of the linear rule falls with ``log ν`` in between."""
+
+
+def _norms(x: torch.Tensor, keep: int = 1) -> torch.Tensor:
+    """Euclidean norms over all but the first ``keep`` dimensions, in float64, each scaled by its largest
+    entry so that no square under- or overflows.  ``x.shape[:keep]``"""
+    flat = x.to(torch.float64).flatten(keep)  # [..., e]
+    if flat.shape[-1] == 0:
+        return flat.new_zeros(flat.shape[:-1])
+    peak = flat.abs().amax(dim=-1, keepdim=True)
+    safe = torch.where(peak > 0, peak, torch.ones_like(peak))
+    return ((flat / safe).square().sum(dim=-1, keepdim=True).sqrt() * peak).squeeze(-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class AutoTarget(TargetDistribution):
     """The default target of [`IMLE`][imle_solvers.IMLE]: the PID target of eq. 8 with a step sized from
-    the batch, a central difference in general and the best state under the loss as the far side where
-    the loss is linear in z.
+    the batch, the best state under the loss as the far side where the loss is linear in z, and a
+    central difference where it is curved.
 
     With ``g = ∇z L``, ``s = std(θ + ε)`` and ``σ = std(ε)`` (each row and sample, over its finite
-    entries), one *unit* of step is the ratio of the batch's spreads to its loss gradients,
+    entries), one *unit* of step is the ratio of the batch's spreads to its loss gradients, at least a
+    share ``f`` of the row's own:
 
     ```text
-    r  = min(s, c·σ)                        (the spread of θ + ε, at most c spreads of the noise)
-    u  = ‖(r_ns)‖₂ / ‖(‖g_ns‖_∞)‖₂          (over the rows n and samples s with g ≠ 0: one number a batch)
+    r    = min(s, c·σ)                        (the spread of θ + ε, at most c spreads of the noise)
+    u    = ‖(r_ns)‖₂ / ‖(‖g_ns‖_∞)‖₂          (over the rows n and samples s with g ≠ 0)
+    u_n  = max(u, f · ‖(r_ns)_s‖₂ / ‖(‖g_ns‖_∞)_s‖₂)     (f = floor: the row n alone)
     ```
 
-    so that ``θ ± u·g`` moves the largest entry of a typical row by about one spread, and a row whose
-    loss gradient is larger further, as the paper's ``θ − λ∇zL`` does. Then, per row, with ``a = near``
-    and ``b = far``:
+    so that ``θ ± u·g`` moves the largest entry of a typical row by about one spread, a row whose loss
+    gradient is larger further, as the paper's ``θ − λ∇zL`` does, and a row whose loss is much smaller
+    than its neighbours' still by ``f`` of its own spread. Then, per row, with ``a = near`` and
+    ``b = far``, the two rules
 
     ```text
-    in general:     ∇θ L ≈ Σ_s [MAP(θ + a·u·g_s + ε_s) − MAP(θ − a·u·g_s + ε_s)] / (2u)
-    linear in z:    ∇θ L ≈ Σ_s [MAP(θ + u·g_s + ε_s)   − MAP(θ − b·u·g_s + ε_s)] / u
+    linear in z:  ∇θ L ≈ Σ_s [MAP(θ + u_n·g_s + ε_s)   − MAP(θ − b·u_n·g_s + ε_s)] / u_n
+    curved:       ∇θ L ≈ Σ_s [MAP(θ + a·u_n·g_s + ε_s) − MAP(θ − a·u_n·g_s + ε_s)] / (2u_n)
     ```
+
+    are blended by a weight ``w ∈ [0, 1]``: the plus side moves ``w + (1 − w)·a`` units, the minus side
+    ``w·b + (1 − w)·a`` and the difference is divided by ``(w + 2(1 − w))·u_n``. On a loss linear in z (the
+    regret ``⟨c, z⟩`` of predict-then-optimize, Fact 2) the far side reaches the best state under the loss,
+    the target of eq. 10, and the estimate compares the current state with it; on a curved loss that
+    comparison follows the linearisation too far, and the central difference (AI-MLE's symmetric
+    perturbation) is the better step. The weight is (`linear_weight`):
+
+    * **declared**: ``linear=True`` (1) or ``linear=False`` (0);
+    * **seen** in the row's S ≥ 2 samples, where they are not all one state: 1 where the upstream
+      gradients of the samples point the same way (a linear loss, or any increasing function of one),
+      falling continuously to 0 as their directions spread (`LINEAR_BAND`), so that no small change of
+      the loss flips the rule;
+    * ``prior`` where the samples cannot tell: with **one sample** (the layer's default) nothing shows
+      whether the loss is linear, and ``prior`` (0.3) weighs the two rules by what trains best on both
+      kinds of task (``imle-solvers bench targets``). Declare a linear loss (``linear=True``) or draw
+      ``samples >= 2`` to get the linear rule at full weight.
 
     The differences are those of eq. 7, divided by the unit, not by the step: the paper's Algorithm 1
     (and torch-imle) returns ``z − z'`` as it is, λ being only a perturbation intensity, and the unit puts
-    it in the loss's units. A row is *linear in z* when its samples are not all one state and their
-    upstream gradients are all equal: the loss's gradient did not change with z, as the regret
-    ``⟨c, z⟩`` of predict-then-optimize (Fact 2). There the far side reaches the best state under the
-    loss, the target of eq. 10, and the other side stays one unit away. Elsewhere (one sample, samples
-    that are all one state, gradients that differ with z) both sides take ``a`` units: a central
-    difference, as AI-MLE's symmetric perturbation. The cap ``c`` keeps the step from growing with
-    weights more confident than the noise (the paper's fixed λ does not grow either): uncapped, a
-    two-sided step that always changes the state keeps pushing them apart. Both MAPs of every sample go
-    out in one solver call (2·S rows per row of θ).
+    it in the loss's units. The cap ``c`` keeps the step from growing with weights more confident than
+    the noise (the paper's fixed λ does not grow either): uncapped, a two-sided step that always changes
+    the state keeps pushing them apart. Both MAPs of every sample go out in one solver call (2·S rows per
+    row of θ).
 
     What holds, with the same noise (each is a test):
 
@@ -338,14 +373,17 @@ class AutoTarget(TargetDistribution):
       loss averaged over the S samples gives the summed gradient divided by S;
     * *offsets*: ``θ + c·1`` gives the same estimate wherever every state has the same size;
     * *temperature*: ``(θ, τ) → (cθ, cτ)`` scales the estimate by ``1/c``;
-    * *data parallelism*: the unit is computed over the global batch (when a ``torch.distributed``
-      process group is initialised: two small all-reduces per backward pass, asynchronous to the host),
-      to the same bits as one process, whatever the sizes of the processes' shares.
+    * *data parallelism*: the batch's unit is computed over the global batch (when a
+      ``torch.distributed`` process group is initialised: two small all-reduces per backward pass,
+      asynchronous to the host), to the same bits as one process, whatever the sizes of the processes'
+      shares; the row's own unit and its weight need no other row.
 
-    Unlike [`RelativeTarget`][imle_solvers.RelativeTarget] the unit couples the rows of a batch (a row's
-    step depends on the other rows' gradients), as the paper's fixed λ measured against the loss and
-    AI-MLE's λ per batch do. The defaults were chosen by training every task the library ships against
-    the paper's fixed λ tuned per task and the other targets (``imle-solvers bench targets``).
+    The batch's unit couples the rows (a row's step depends on the other rows' gradients), as the paper's
+    fixed λ measured against the loss and AI-MLE's λ per batch do; the floor bounds that coupling from
+    below: a row whose loss is 100 times smaller than its neighbours' keeps a step of ``f`` of its own
+    spread (``imle-solvers bench coupling``). The defaults were chosen by training every task the library
+    ships, at one and at ten samples, on linear and curved losses, against the paper's fixed λ tuned per
+    task and the other targets (``imle-solvers bench targets``).
 
     Rows with ``g = 0`` get a zero gradient. Where the spread of θ + ε is 0 or subnormal it is measured by
     ``max|θ + ε|``, and by 1 where that is 0 too; without noise (σ = 0) the cap does not apply.
@@ -353,15 +391,23 @@ class AutoTarget(TargetDistribution):
     Parameters
     ----------
     near
-        ``a`` > 0: the step of both sides in general, in units.
+        ``a`` > 0: the step of both sides of the central difference, in units.
     far
-        ``b`` > 0: the far step of the rows whose loss is linear in z, in units.
+        ``b`` > 0: the far step of the linear rule, in units.
     cap
         ``c`` > 0: the spread that sizes the unit is at most ``c`` spreads of the noise.
+    floor
+        ``f`` ≥ 0: every row's unit is at least this share of its own (0: the batch's unit alone).
+    linear
+        ``True``: the loss is linear in z (a regret), the linear rule at any sample count; ``False``:
+        the central difference everywhere; ``None`` (default): the weight is read from the samples.
+    prior
+        The weight of the linear rule where the samples cannot tell (one sample, or samples that are all
+        one state), in [0, 1].
     sync
-        Compute the unit over every process of an initialised process group (each process must then run
-        the layer's backward pass equally often, as DDP requires of a model); ``False``: over this
-        process's rows only.
+        Compute the batch's unit over every process of an initialised process group (each process must
+        then run the layer's backward pass equally often, as DDP requires of a model); ``False``: over
+        this process's rows only.
     process_group
         The group to combine over (default: the default group).
 
@@ -378,12 +424,16 @@ class AutoTarget(TargetDistribution):
     --------
     >>> from imle_solvers import IMLE, AutoTarget, TopK
     >>> IMLE(TopK(k=2, n_vars=5)).target
-    AutoTarget(near=2.0, far=30.0, cap=3.0, sync=True)
+    AutoTarget(near=2.0, far=30.0, cap=3.0, floor=0.5, linear=None, prior=0.3, sync=True)
+    >>> regret_layer = IMLE(TopK(k=2, n_vars=5), target=AutoTarget(linear=True))  # a declared regret
     """
 
     near: float = 2.0
     far: float = 30.0
     cap: float = 3.0
+    floor: float = 0.5
+    linear: bool | None = None
+    prior: float = 0.3
     sync: bool = True
     process_group: Any = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -391,53 +441,91 @@ class AutoTarget(TargetDistribution):
         positive("AutoTarget near", self.near)
         positive("AutoTarget far", self.far)
         positive("AutoTarget cap", self.cap)
+        non_negative("AutoTarget floor", self.floor)
+        if not (self.linear is None or isinstance(self.linear, bool)):
+            raise TypeError(f"AutoTarget linear must be None, True or False, got {self.linear!r}")
+        if not 0.0 <= float(self.prior) <= 1.0:
+            raise ValueError(f"AutoTarget prior must be in [0, 1], got {self.prior!r}")
 
-    def _scales(
-        self, perturbed: torch.Tensor, eps: torch.Tensor, grad_z: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(‖r‖₂, ‖‖g‖_∞‖₂)`` over the samples with ``g ≠ 0`` of the batch (of every process when
-        synchronised): 0-dim tensors of ``grad_z``'s dtype, clamped to its finite range. The unit is their
-        ratio; they are kept apart so that neither ``u·g`` nor ``1/u`` leaves the range of float32."""
-        from ._collective import batch_norms, sync_group
-
-        g_max = grad_z.abs().amax(dim=-1, keepdim=True)  # ‖g‖_∞ per row and sample   [N, S, 1]
+    def _spreads(self, perturbed: torch.Tensor, eps: torch.Tensor, g_max: torch.Tensor) -> torch.Tensor:
+        """``r = min(s, c·σ)`` of every sample with ``g ≠ 0`` (0 elsewhere; ``s`` where there is no noise).
+        ``[N, S, 1]``"""
         sigma, _ = _finite_std(eps)  # σ = std(ε)   [N, S, 1]
         capped = torch.minimum(_spread(perturbed), self.cap * sigma)  # r = min(s, c·σ)
         spread = torch.where(sigma > 0, capped, _spread(perturbed))  # no noise: s
-        spread = torch.where(g_max > 0, spread, torch.zeros_like(spread))  # samples with g ≠ 0   [N, S, 1]
-        norms = batch_norms([spread, g_max], sync_group(self.sync, self.process_group))  # float64   [2]
-        norms = norms.clamp(max=torch.finfo(grad_z.dtype).max).to(grad_z.dtype)
-        return norms[0], norms[1]
+        return torch.where(g_max > 0, spread, torch.zeros_like(spread))  # samples with g ≠ 0
 
     def _step(
         self, perturbed: torch.Tensor, eps: torch.Tensor, grad_z: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(u·g, 1/u)``: ``[N, S, m]`` and a 0-dim tensor (0 where no sample has a gradient)."""
-        reach, scale = self._scales(perturbed, eps, grad_z)  # ‖r‖, ‖g‖   [], []
-        live = scale > 0
-        unit_g = grad_z / torch.where(live, scale, torch.ones_like(scale))  # g/‖g‖
-        inverse = (scale / torch.where(live, reach, torch.ones_like(reach))).clamp(
-            max=torch.finfo(reach.dtype).max
-        )
-        return reach * unit_g, torch.where(live, inverse, torch.zeros_like(inverse))  # u·g, 1/u
+        """``(u·g, 1/u)``: ``[N, S, m]`` and ``[N, 1, 1]`` (0 where a row has no gradient).
 
-    @staticmethod
-    def linear_rows(z: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """``[N]`` booleans: the rows whose samples are not all the same state and whose upstream gradients
-        are all equal (the loss's gradient did not change with z)."""
+        The unit of row n is ``u_n = max(u, floor · u_row)``: the batch's unit, or ``floor`` times the
+        row's own unit ``‖r_n‖ / ‖‖g_n‖_∞‖`` where that is larger. The ratios are formed as ``reach ·
+        (g / scale)`` so that neither ``u·g`` nor ``1/u`` leaves the dtype's range.
+        """
+        from ._collective import batch_norms, sync_group
+
+        g_max = grad_z.abs().amax(dim=-1, keepdim=True)  # ‖g‖_∞ per row and sample   [N, S, 1]
+        spread = self._spreads(perturbed, eps, g_max)  # r   [N, S, 1]
+        batch = batch_norms([spread, g_max], sync_group(self.sync, self.process_group))  # ‖r‖, ‖‖g‖‖  [2]
+        rows = torch.stack([_norms(spread), _norms(g_max)], dim=1)  # ‖r_n‖, ‖‖g_n‖_∞‖ of each row   [N, 2]
+        own = rows[:, 0] * self.floor * batch[1] > batch[0] * rows[:, 1]  # floor·u_row > u   [N]
+        reach = torch.where(own, self.floor * rows[:, 0], batch[0])  # numerator of u_n   [N]
+        scale = torch.where(own, rows[:, 1], batch[1])  # denominator of u_n   [N]
+        finite = torch.finfo(grad_z.dtype).max
+        reach = reach.clamp(max=finite).to(grad_z.dtype)[:, None, None]  # [N, 1, 1]
+        scale = scale.clamp(max=finite).to(grad_z.dtype)[:, None, None]
+        live = scale > 0
+        unit_g = grad_z / torch.where(live, scale, torch.ones_like(scale))  # g / scale, |·| ≤ 1
+        inverse = (scale / torch.where(live, reach, torch.ones_like(reach))).clamp(max=finite)  # 1/u_n
+        return reach * unit_g, torch.where(live, inverse, torch.zeros_like(inverse))  # u_n·g, 1/u_n
+
+    def linear_weight(self, z: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
+        """``[N]`` weight in [0, 1] of the linear rule for each row.
+
+        Declared (``linear=True``/``False``): 1 or 0. Otherwise it is read from the directions ``ĝ_s =
+        g_s / ‖g_s‖`` of the row's upstream gradients: the samples agree on the best state under the
+        loss when their gradients point the same way (a loss linear in z, or any increasing function of
+        one such as a squared regret). With ``ν = RMS_s ‖ĝ_s − mean_s ĝ_s‖`` over the samples with
+        ``g ≠ 0``, the weight is 1 up to ν₀, 0 from ν₁ on and falls with ``log ν`` in between
+        (`LINEAR_BAND`): continuous in the loss. Where the samples cannot tell (one sample, samples that
+        are all one state, fewer than two with ``g ≠ 0``) it is ``prior``.
+        """
+        n = grad_z.shape[0]
+        if self.linear is not None:
+            return torch.full((n,), float(self.linear), dtype=grad_z.dtype, device=grad_z.device)
+        prior = torch.full((n,), float(self.prior), dtype=grad_z.dtype, device=grad_z.device)
         if grad_z.dim() < 3 or grad_z.shape[1] < 2:
-            return torch.zeros(grad_z.shape[0], dtype=torch.bool, device=grad_z.device)
-        same_gradient = (grad_z == grad_z[:, :1]).flatten(1).all(dim=1)  # [N]
-        other_states = (z != z[:, :1]).flatten(1).any(dim=1)  # [N]
-        return same_gradient & other_states
+            return prior
+        size = _norms(grad_z, keep=2)  # ‖g_s‖ of each row and sample   [N, S]
+        live = size > 0  # samples with g ≠ 0   [N, S]
+        safe = torch.where(live, size, torch.ones_like(size))[..., None].to(grad_z.dtype)
+        direction = grad_z / safe  # ĝ_s (0 where g = 0)   [N, S, m]
+        count = live.sum(dim=1)  # [N]
+        mean = direction.sum(dim=1, keepdim=True) / count.clamp(min=1)[:, None, None]  # mean ĝ   [N, 1, m]
+        apart = torch.where(live[..., None], direction - mean, torch.zeros_like(direction))
+        nu = (apart.square().sum(dim=(1, 2)) / count.clamp(min=1)).sqrt()  # ν   [N]
+        low, high = LINEAR_BAND
+        ramp = (math.log(high) - nu.clamp(min=low, max=high).log()) / math.log(high / low)
+        weight = torch.where(nu <= low, 1.0, torch.where(nu >= high, 0.0, ramp))  # [0, 1]   [N]
+        seen = (z != z[:, :1]).flatten(1).any(dim=1) & (count >= 2)  # the samples can tell   [N]
+        return torch.where(seen, weight.to(grad_z.dtype), prior)
+
+    def _sides(self, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(plus, minus, divisor)`` in units, ``[N, 1, 1]`` each: ``(1, b, 1)`` for the linear rule and
+        ``(a, a, 2)`` for the central difference, blended by the weight."""
+        w = weight[:, None, None]
+        return w + (1 - w) * self.near, w * self.far + (1 - w) * self.near, w + (1 - w) * 2.0
 
     def params(self, theta: torch.Tensor, grad_z: torch.Tensor) -> torch.Tensor:
-        """The minus side ``θ' = θ − a·u·g`` of the general case, with the unit from θ alone (no noise, no
-        samples: the cap does not apply and no row can be told linear)."""
+        """The minus side ``θ' = θ − minus·u·g`` with the unit from θ alone (no noise, no samples: the cap
+        does not apply, and the weight of the linear rule is the declared one or ``prior``)."""
         theta = theta.expand_as(grad_z)
         step, _ = self._step(theta, torch.zeros_like(theta), grad_z)
-        linear = torch.zeros(theta.shape[0], 1, 1, dtype=torch.bool, device=theta.device)  # no z: general
-        return theta - torch.where(linear, self.far * step, self.near * step)
+        empty = theta[:, :1] if theta.dim() >= 3 else theta  # one sample: nothing to tell from
+        _, minus, _ = self._sides(self.linear_weight(empty, grad_z[:, :1] if grad_z.dim() >= 3 else grad_z))
+        return theta - minus * step
 
     def estimate(
         self,
@@ -448,14 +536,11 @@ class AutoTarget(TargetDistribution):
         solve: Solve,
     ) -> torch.Tensor:
         perturbed = theta + eps  # θ + ε   [N, S, m]
-        step, inverse = self._step(perturbed, eps, grad_z)  # u·g   [N, S, m], 1/u   []
-        linear = self.linear_rows(z, grad_z)[:, None, None]  # loss linear in z   [N, 1, 1]
-        plus = torch.where(linear, step, self.near * step)  # 1 unit on linear rows, else a
-        minus = torch.where(linear, self.far * step, self.near * step)  # b units on linear rows, else a
-        both = torch.cat([perturbed + plus, perturbed - minus], dim=1)  # [N, 2S, m]
-        z_plus, z_minus = solve(both).chunk(2, dim=1)  # MAP(θ + (1|a)·u·g + ε), MAP(θ − (b|a)·u·g + ε)
-        inverse = torch.where(linear, inverse, inverse / 2)  # 1/u, or 1/(2u)   [N, 1, 1]
-        return ((z_plus - z_minus) * inverse).sum(dim=1)  # Σ over the samples   [N, m]
+        step, inverse = self._step(perturbed, eps, grad_z)  # u_n·g   [N, S, m], 1/u_n   [N, 1, 1]
+        plus, minus, divisor = self._sides(self.linear_weight(z, grad_z))  # in units   [N, 1, 1] each
+        both = torch.cat([perturbed + plus * step, perturbed - minus * step], dim=1)  # [N, 2S, m]
+        z_plus, z_minus = solve(both).chunk(2, dim=1)  # MAP(θ + plus·u·g + ε), MAP(θ − minus·u·g + ε)
+        return ((z_plus - z_minus) * (inverse / divisor)).sum(dim=1)  # Σ over the samples   [N, m]
 
 
 @dataclasses.dataclass(frozen=True)

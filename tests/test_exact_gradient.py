@@ -224,3 +224,42 @@ def test_the_harness_reports_what_single_draws_give() -> None:
     # a small fixed step rarely moves the state: most single draws are exactly zero; STE never is
     assert summary["PerturbedTarget(lam=0.1)"]["zero_share"] > 0.5
     assert summary["STE"]["zero_share"] == 0.0
+
+
+def test_a_draw_with_samples_is_one_layer_call_with_the_loss_averaged_over_them() -> None:
+    # measure(samples=S): each row's estimate comes from one call of an S-sample layer whose loss is the
+    # mean over the samples (what training sees at S samples), not from S one-sample draws
+    problem = harness.PROBLEMS["subsets"]()
+    theta = torch.randn(8, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    loss = harness.Loss(
+        "linear", torch.randn(8, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    )
+    factory = harness.ESTIMATORS["IMLE default"]
+    got = harness.measure(factory, problem, theta, loss, 1.0, rows=300, seed=2, samples=3)
+    layer = factory(problem.oracle, problem.noise(1.0), torch.Generator().manual_seed(2))
+    layer.samples = 3
+    x = theta.expand(300, -1).clone().requires_grad_(True)
+    loss(layer(x)).mean(dim=1).sum().backward()  # [300, 3] losses, averaged over the samples
+    assert x.grad is not None
+    exact = harness.exact_gradient(problem.states, theta, loss, 1.0)
+    assert (got.cosine, got.bias) == harness.cosine_and_bias(x.grad.mean(0), exact)
+    assert got.zero == float(x.grad.eq(0).all(-1).double().mean())
+    one = harness.measure(factory, problem, theta, loss, 1.0, rows=300, seed=2)
+    assert one.cosine != got.cosine  # S = 3 is not S = 1
+
+
+def test_run_measures_every_sample_count_and_the_blackbox_at_one_only() -> None:
+    rows = harness.run(
+        estimators=["IMLE default", "Blackbox(lam=20)"],
+        problems=["subsets"],
+        rows=64,
+        instances=1,
+        taus=(1.0,),
+        alphas=(1.0,),
+        offsets=(0.0,),
+        samples=(1, 4),
+    )
+    summary = {(r["estimator"], r["samples"]) for r in rows if r["suite"] == "summary"}
+    assert summary == {("IMLE default", 1), ("IMLE default", 4), ("Blackbox(lam=20)", 1)}
+    assert harness.FIXED_SAMPLES == frozenset({"Blackbox(lam=20)"})
+    assert {r["samples"] for r in rows if r["suite"] == "exact"} == {1, 4}

@@ -284,15 +284,23 @@ def test_check_finite_defaults_to_checking_on_the_cpu(name: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------- S > 1
+# AutoTarget's unit and rule read the samples of a row together (its own unit, whether the samples show a
+# linear loss): the central difference with the batch's unit alone is the rule whose gradient of S samples
+# is that of S one-sample rows, which is what these tests compare
+CENTRAL = AutoTarget(linear=False, floor=0.0)
 S_LAYERS: dict[str, Callable[[int], nn.Module]] = {
-    "imle-default": lambda s: IMLE(host(), samples=s, generator=gen()),
+    "imle-auto-central": lambda s: IMLE(host(), target=CENTRAL, samples=s, generator=gen()),
     "imle-pid": lambda s: IMLE(host(), Gumbel(), PerturbedTarget(1.0), samples=s, generator=gen()),
     "imle-optimal": lambda s: IMLE(host(), Gumbel(), OptimalTarget(), samples=s, generator=gen()),
     "imle-two-sided": lambda s: IMLE(
         TopK(2, M), Gumbel(), RelativeTarget(two_sided=True), samples=s, generator=gen()
     ),
-    "imle-costs": lambda s: IMLE(host("min"), Gumbel(), samples=s, generator=gen(), noise_on="costs"),
-    "imle-target-scale": lambda s: IMLE(host(), Gumbel(), samples=s, generator=gen(), target_noise_scale=0.5),
+    "imle-costs": lambda s: IMLE(
+        host("min"), Gumbel(), CENTRAL, samples=s, generator=gen(), noise_on="costs"
+    ),
+    "imle-target-scale": lambda s: IMLE(
+        host(), Gumbel(), CENTRAL, samples=s, generator=gen(), target_noise_scale=0.5
+    ),
     "ste": lambda s: STE(host(), samples=s, generator=gen()),
     "perturbed-optimizer": lambda s: PerturbedOptimizer(host(), samples=s, generator=gen()),
 }

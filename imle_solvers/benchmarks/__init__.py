@@ -56,6 +56,10 @@ SUITES: dict[str, tuple[str, str]] = {
         "imle_solvers.benchmarks.targets",
         "the I-MLE targets trained on every task we ship, paired seeds (an hour; --quick: seconds)",
     ),
+    "coupling": (
+        "imle_solvers.benchmarks.coupling",
+        "one row's gradient as the other rows' losses are scaled by 0.01 to 100, per target",
+    ),
 }
 """Suite name → (module with `run(quick)`, one-line summary shown by `--help`)."""
 
@@ -106,6 +110,8 @@ class BenchConfig(OnDevice):
         As ``imle-solvers train --amp``.
     time_limit
         Stop after the epoch that passes this many seconds of training and project the rest.
+    part
+        The ``targets`` suite's tasks: ``selection`` (default), ``held-out`` or ``all``.
     problem
         The ``pto`` suite's problem: ``shortest-path`` (default) or ``tsp`` (PyEPO's travelling salesperson,
         side by side with PyEPO's methods, and on process pools and a Dask cluster).
@@ -168,6 +174,11 @@ examples:
         "pto: the problem, shortest-path or tsp (side by side with PyEPO's TSP methods, pools, Dask)",
         choices=("shortest-path", "tsp"),
     )
+    part: str = option(
+        "selection",
+        "targets: the tasks that chose the default, the held-out ones (on other seeds), or all",
+        choices=("selection", "held-out", "all"),
+    )
 
     @classmethod
     def help_epilog(cls) -> str:
@@ -181,6 +192,8 @@ examples:
                     raise ConfigError(f"applies to the warcraft suite only, got suite {self.suite!r}", name)
         if self.problem != "shortest-path" and self.suite not in ("pto", "all"):
             raise ConfigError(f"applies to the pto suite only, got suite {self.suite!r}", "problem")
+        if self.part != "selection" and self.suite not in ("targets", "all"):
+            raise ConfigError(f"applies to the targets suite only, got suite {self.suite!r}", "part")
 
     def interrupted(self, done: int) -> str:
         """What Ctrl-C leaves: the finished suites' tables (printed), and their rows in ``--json``."""
@@ -198,6 +211,8 @@ examples:
         """The keyword arguments of ``suite``'s ``run`` besides ``quick`` (the warcraft options)."""
         if suite == "pto" and self.problem != "shortest-path":
             return {"problem": self.problem}
+        if suite == "targets" and self.part != "selection":
+            return {"part": self.part}
         return {name: getattr(self, name) for name in WARCRAFT_OPTIONS} if suite == "warcraft" else {}
 
     def preflight(self) -> None:

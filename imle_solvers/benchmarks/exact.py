@@ -47,6 +47,7 @@ from ..topk import TopK
 __all__ = [
     "DRAWS",
     "ESTIMATORS",
+    "FIXED_SAMPLES",
     "LOSSES",
     "PROBLEMS",
     "EnumeratedProblem",
@@ -216,6 +217,9 @@ ESTIMATORS: dict[str, Factory] = {
 }
 """Estimator label → ``(oracle, noise at τ, generator) -> layer`` with one sample per row."""
 
+FIXED_SAMPLES: frozenset[str] = frozenset({"Blackbox(lam=20)"})
+"""Estimators that take no sample count (no noise): measured at S = 1 only."""
+
 
 def exact_gradient(states: torch.Tensor, theta: torch.Tensor, loss: Loss, tau: float) -> torch.Tensor:
     """``∇θ E_p[L] = Cov_p(z, L(z)) / τ`` for ``p(z; θ) ∝ exp(⟨z, θ⟩/τ)`` over ``states``.  → ``[m]``"""
@@ -227,12 +231,14 @@ def exact_gradient(states: torch.Tensor, theta: torch.Tensor, loss: Loss, tau: f
 
 
 def row_estimates(layer: nn.Module, theta: torch.Tensor, loss: Loss, rows: int) -> torch.Tensor:
-    """The layer's one-sample estimates of ``rows`` copies of θ, ``[rows, m]``.
+    """The layer's estimates of ``rows`` copies of θ, ``[rows, m]``: one draw of its S samples each.
 
-    The loss is summed over the rows, so each row's estimate sees its own unscaled ``∇z L``.
+    The loss is summed over the rows and averaged over the S samples of a row, so each row's estimate
+    sees its own unscaled ``∇z L`` (divided by S, as a loss averaged over the samples gives it).
     """
     x = theta.to(torch.float64).expand(rows, -1).clone().requires_grad_(True)
-    loss(layer(x)).sum().backward()  # Σ_rows L(z_row)
+    per = loss(layer(x))  # L(z)   [rows] or [rows, S]
+    (per if per.dim() == 1 else per.mean(dim=1)).sum().backward()  # Σ_rows mean_S L(z_row)
     assert x.grad is not None
     return x.grad  # one estimate per row   [rows, m]
 
@@ -302,11 +308,14 @@ def measure(
     *,
     rows: int,
     seed: int,
+    samples: int = 1,
 ) -> Measurement:
-    """The estimator's one-sample estimates over ``rows`` rows (noise seeded by ``seed``) against the
-    exact gradient: the mean's cosine, bias and noise, and the per-draw figures."""
+    """The estimator's estimates over ``rows`` rows of ``samples`` samples each (noise seeded by ``seed``)
+    against the exact gradient: the mean's cosine, bias and noise, and the per-draw figures."""
     exact = exact_gradient(problem.states, theta, loss, tau)
     layer = factory(problem.oracle, problem.noise(tau), torch.Generator().manual_seed(seed))
+    if samples != 1:
+        setattr(layer, "samples", samples)  # noqa: B010 - one draw = one call with S samples (checked there)
     with warnings.catch_warnings():  # a fixed λ losing rows to the loss scale is what the table shows
         warnings.filterwarnings("ignore", message=r"PerturbedTarget\(lam=", category=RuntimeWarning)
         per_row = row_estimates(layer, theta, loss, rows)  # [rows, m]
@@ -333,6 +342,7 @@ def run(
     taus: Sequence[float] | None = None,
     alphas: Sequence[float] = (1e-3, 1.0, 1e3),
     offsets: Sequence[float] = (0.0, 10.0),
+    samples: Sequence[int] = (1,),
 ) -> list[dict[str, Any]]:
     """The harness: a summary table, then one row per estimator, problem, loss, α, offset c and τ.
 
@@ -358,6 +368,9 @@ def run(
         Loss scales α.
     offsets
         Offsets c of θ + c·1.
+    samples
+        The sample counts S of the layers: each draw is one call with S samples and the loss averaged
+        over them (estimators whose sample count is fixed, the blackbox, are measured at S = 1 only).
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small tensors: threads only add synchronisation
@@ -370,6 +383,7 @@ def run(
             tuple(taus or ((1.0,) if quick else (0.5, 1.0, 2.0))),
             tuple(alphas),
             tuple(offsets),
+            tuple(samples),
         )
     finally:
         torch.set_num_threads(threads)
@@ -383,26 +397,31 @@ def _run(
     taus: tuple[float, ...],
     alphas: tuple[float, ...],
     offsets: tuple[float, ...],
+    counts: tuple[int, ...],
 ) -> list[dict[str, Any]]:
     detail: list[dict[str, Any]] = []
-    pooled: dict[tuple[str, float, float], list[Measurement]] = {}
+    pooled: dict[tuple[str, int, float, float], list[Measurement]] = {}
     for problem_key in problems:
         problem = PROBLEMS[problem_key]()
-        for loss_key, tau, alpha, offset in itertools.product(LOSSES, taus, alphas, offsets):
-            per: dict[str, list[Measurement]] = {name: [] for name in names}
+        for loss_key, tau, alpha, offset, s in itertools.product(LOSSES, taus, alphas, offsets, counts):
+            took = [name for name in names if s == 1 or name not in FIXED_SAMPLES]
+            per: dict[str, list[Measurement]] = {name: [] for name in took}
             for instance in range(instances):
                 g = torch.Generator().manual_seed(1000 * instance + 17)
                 theta = torch.randn(problem.n_vars, generator=g, dtype=torch.float64) + offset  # θ + c·1
                 loss = LOSSES[loss_key](g, problem.n_vars).scaled(alpha)
-                for name in names:
-                    got = measure(ESTIMATORS[name], problem, theta, loss, tau, rows=rows, seed=instance)
+                for name in took:
+                    got = measure(
+                        ESTIMATORS[name], problem, theta, loss, tau, rows=rows, seed=instance, samples=s
+                    )
                     per[name].append(got)
-            for name in names:
-                pooled.setdefault((name, alpha, offset), []).extend(per[name])
+            for name in took:
+                pooled.setdefault((name, s, alpha, offset), []).extend(per[name])
                 detail.append(
                     {
                         "suite": "exact",
                         "estimator": name,
+                        "samples": s,
                         "problem": problem.name,
                         "loss": loss_key,
                         "alpha": alpha,
@@ -412,8 +431,8 @@ def _run(
                     }
                 )
     summary = [
-        {"suite": "summary", "estimator": name, "alpha": alpha, "offset": offset, **_means(got)}
-        for (name, alpha, offset), got in pooled.items()
+        {"suite": "summary", "estimator": name, "samples": s, "alpha": alpha, "offset": offset, **_means(got)}
+        for (name, s, alpha, offset), got in pooled.items()
     ]
     return summary + detail
 

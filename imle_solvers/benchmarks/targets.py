@@ -50,11 +50,22 @@ from ..adaptive import AdaptiveTarget
 from ..imle import IMLE
 from ..noise import Gumbel, NoiseDistribution, SumOfGamma
 from ..oracle import MapOracle, sense_sign
-from ..target import PerturbedTarget, RelativeTarget, TargetDistribution, default_target
+from ..target import AutoTarget, PerturbedTarget, RelativeTarget, TargetDistribution, default_target
 
-__all__ = ["CANDIDATES", "PID_GRID", "TASKS", "Candidate", "Task", "run"]
+__all__ = [
+    "CANDIDATES",
+    "HELD_OUT",
+    "HELD_OUT_SEEDS",
+    "PID_GRID",
+    "PTO_LOSSES",
+    "SELECTION_SEEDS",
+    "TASKS",
+    "Candidate",
+    "Task",
+    "run",
+]
 
-PID_GRID: tuple[float, ...] = (1.0, 10.0, 100.0)
+PID_GRID: tuple[float, ...] = (0.1, 1.0, 10.0, 100.0, 1000.0)
 """The λ grid over which the fixed-λ `PerturbedTarget` is tuned on each task."""
 
 
@@ -79,9 +90,8 @@ class Candidate:
 
 CANDIDATES: dict[str, Candidate] = {
     "default": Candidate("IMLE default (AutoTarget())", lambda _: None),
-    "relative-0.1": Candidate(
-        "RelativeTarget(0.1), two-sided", lambda _: RelativeTarget(0.1, two_sided=True)
-    ),
+    "declared-linear": Candidate("AutoTarget(linear=True)", lambda _: AutoTarget(linear=True)),
+    "unweighted": Candidate("AutoTarget(prior=0, floor=0)", lambda _: AutoTarget(prior=0.0, floor=0.0)),
     "relative-1": Candidate("RelativeTarget(1), two-sided", lambda _: RelativeTarget(1.0, two_sided=True)),
     "large-step": Candidate("RelativeTarget.large_step()", lambda _: RelativeTarget.large_step()),
     "aimle": Candidate("AdaptiveTarget()", lambda _: AdaptiveTarget()),
@@ -159,36 +169,85 @@ class Task:
 # ---------------------------------------------------------------------------------------------------
 # predict-then-optimize
 
+PTO_LOSSES = ("regret", "squared")
+"""The losses of the predict-then-optimize tasks: the regret ``⟨c, z⟩`` (linear in z) and the squared
+distance ``‖z − z*‖²`` to the optimal solution (curved in z)."""
 
-def _pto(problem: str) -> Callable[[Setting, int, bool], float]:
+
+def _generated(family: str, n: int, deg: int, seed: int) -> tuple[Any, Any, MapOracle]:
+    """A predict-then-optimize data set of a family the command does not train: PyEPO's cost model
+    (`spo_costs`, p = 5 features, noise half-width 0.5) on a 6 × 6 assignment (values to maximise), the
+    spanning trees of the complete graph on 7 nodes (costs) or the 8-subsets of 30 items (values)."""
+    import numpy as np
+
+    from ..adapters.graphs.matching import TorchMatching
+    from ..adapters.graphs.spanning_tree import TorchSpanningTree
+    from ..data.dataset import PTODataset, spo_costs
+    from ..topk import TopK
+
+    oracle: MapOracle
+    if family == "assignment":
+        oracle = TorchMatching(6, 6)
+    elif family == "spanning-tree":
+        oracle = TorchSpanningTree(7, [(u, v) for u in range(7) for v in range(u + 1, 7)], kind="min")
+    else:
+        oracle = TopK(8, 30)
+    rnd = np.random.RandomState(seed)
+    basis = rnd.binomial(1, 0.5, (oracle.n_vars, 5))  # B   [m, p]
+    x = rnd.normal(0.0, 1.0, (2 * n, 5))  # features   [2n, p]
+    noise = rnd.uniform(0.5, 1.5, (2 * n, oracle.n_vars))  # ε   [2n, m]
+    costs = spo_costs(x, basis, deg, noise)  # [2n, m]
+    data = PTODataset(torch.from_numpy(x).float(), torch.from_numpy(costs).float(), oracle)
+    train, test = data.split(n)
+    return train, test, oracle
+
+
+def _pto(
+    problem: str, *, samples: int = 10, loss: str = "regret", deg: int = 6
+) -> Callable[[Setting, int, bool], float]:
+    """PyEPO's protocol on ``problem`` with ``samples`` samples and the ``loss`` of `PTO_LOSSES`."""
+
     def train(setting: Setting, seed: int, quick: bool) -> float:
         from ..losses import regret
         from ..training import TrainConfig, make_problem
+        from ..training.models import linear_model
 
         n = 100 if quick else 1000
-        plan = TrainConfig(problem=problem, n_train=n, n_test=n, deg=6, show_progress=False).plan()
-        prob = make_problem(plan, seed)
+        if problem in ("shortest-path", "knapsack"):
+            plan = TrainConfig(problem=problem, n_train=n, n_test=n, deg=deg, show_progress=False).plan()
+            prob = make_problem(plan, seed)
+            data, test, oracle, judge = prob.train, prob.test, prob.train_oracle, prob.eval_oracle
+            make_model = prob.model
+        else:
+            data, test, oracle = _generated(problem, n, deg, seed)
+            judge = oracle
+            make_model = lambda: linear_model(5, oracle.n_vars)  # noqa: E731 - one line, one use
         torch.manual_seed(seed)
-        model = prob.model()
-        samples = 2 if quick else 10
+        model = make_model()
+        s = min(samples, 2) if quick else samples
         gen = torch.Generator().manual_seed(seed)
-        layer = setting.layer(prob.train_oracle, samples=samples, generator=gen)
-        sign = sense_sign(prob.train_oracle)  # ⟨c, z⟩ for min, −⟨v, z⟩ for max
+        layer = setting.layer(oracle, samples=s, generator=gen)
+        sign = sense_sign(oracle)  # ⟨c, z⟩ for min, −⟨v, z⟩ for max
         optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
         order = torch.Generator().manual_seed(seed)
-        data = prob.train
         for _ in range(1 if quick else 10):
             for idx in torch.randperm(len(data), generator=order).split(32):
-                z = layer(model(data.features[idx]))  # z = MAP(θ + ε)   [B, S, m]
-                loss = -sign * (data.costs[idx].unsqueeze(1) * z).sum(-1).mean()  # regret, .mean()
+                z = layer(model(data.features[idx]))  # z = MAP(θ + ε)   [B, S, m] or [B, m]
+                if s > 1:
+                    costs, best = data.costs[idx].unsqueeze(1), data.solutions[idx].unsqueeze(1)  # [B, 1, m]
+                else:
+                    costs, best = data.costs[idx], data.solutions[idx]  # [B, m]
+                if loss == "regret":
+                    value = -sign * (costs * z).sum(-1).mean()  # ⟨c, z⟩, .mean()
+                else:
+                    value = (z - best).square().sum(-1).mean()  # ‖z − z*‖², .mean()
                 optimiser.zero_grad(set_to_none=True)
-                loss.backward()
+                value.backward()
                 optimiser.step()
         model.eval()
         with torch.no_grad():
-            test = prob.test
             predicted = model(test.features)
-            return float(regret(prob.eval_oracle, predicted, test.costs, optimal=test.solutions))
+            return float(regret(judge, predicted, test.costs, optimal=test.solutions))
 
     return train
 
@@ -224,32 +283,37 @@ def _terrain(setting: Setting, seed: int, quick: bool) -> float:
 # the paper's experiments
 
 
-def _toy(setting: Setting, seed: int, quick: bool) -> float:
-    from ..experiments.topk_toy.methods import METHODS as TOY_METHODS
-    from ..experiments.topk_toy.problem import ToyProblem
-    from ..experiments.topk_toy.run import DEFAULT_LRS, _optimise, _sgd_lr
+def _toy_task(samples: int) -> Callable[[Setting, int, bool], float]:
+    """The paper's top-k toy with ``samples`` samples a step (the loss averaged over them)."""
 
-    problem = ToyProblem.create(seed)
-    runs, steps = (10, 5) if quick else (100, 50)
-    lrs = list(DEFAULT_LRS[:2] if quick else DEFAULT_LRS)
-    finals = []
-    for key in ("imle-sog", "imle-gumbel"):
-        method = TOY_METHODS[key]()
-        lam = setting.lam
-        sgd = [_sgd_lr(eta, lam) for eta in lrs]  # the PID target divides by λ: step with η λ
+    def train(setting: Setting, seed: int, quick: bool) -> float:
+        from ..experiments.topk_toy.methods import METHODS as TOY_METHODS
+        from ..experiments.topk_toy.problem import ToyProblem
+        from ..experiments.topk_toy.run import DEFAULT_LRS, _optimise, _sgd_lr
 
-        def curves(
-            rates: list[float], tag: int, method: Any = method, lam: float | None = lam
-        ) -> torch.Tensor:
-            gen = torch.Generator().manual_seed(1000 * seed + tag)
-            return _optimise(problem, method, lam, rates, runs, steps, gen, setting.target())
+        problem = ToyProblem.create(seed)
+        runs, steps = (10, 5) if quick else (100, 50)
+        lrs = list(DEFAULT_LRS[:2] if quick else DEFAULT_LRS)
+        finals = []
+        for key in ("imle-sog", "imle-gumbel"):
+            method = TOY_METHODS[key]()
+            lam = setting.lam
+            sgd = [_sgd_lr(eta, lam) for eta in lrs]  # the PID target divides by λ: step with η λ
 
-        # one layer per learning rate, as one model trains with one rate (a target whose step is sized
-        # over the batch sees runs of one rate only)
-        grid = torch.stack([curves([rate], i)[0, :, -1].mean() for i, rate in enumerate(sgd)])  # [n_lr]
-        best = sgd[int(torch.nan_to_num(grid, nan=math.inf).argmin())]
-        finals.append(float(curves([best], len(sgd))[0, :, -1].mean()))  # fresh noise at the best rate
-    return statistics.mean(finals)
+            def curves(
+                rates: list[float], tag: int, method: Any = method, lam: float | None = lam
+            ) -> torch.Tensor:
+                gen = torch.Generator().manual_seed(1000 * seed + tag)
+                return _optimise(problem, method, lam, rates, runs, steps, gen, setting.target(), samples)
+
+            # one layer per learning rate, as one model trains with one rate (a target whose step is sized
+            # over the batch sees runs of one rate only)
+            grid = torch.stack([curves([rate], i)[0, :, -1].mean() for i, rate in enumerate(sgd)])  # [n_lr]
+            best = sgd[int(torch.nan_to_num(grid, nan=math.inf).argmin())]
+            finals.append(float(curves([best], len(sgd))[0, :, -1].mean()))  # fresh noise at the best rate
+        return statistics.mean(finals)
+
+    return train
 
 
 def _vae(noise: str) -> Callable[[Setting, int, bool], float]:
@@ -310,15 +374,45 @@ def _sort(setting: Setting, seed: int, quick: bool) -> float:
 
 TASKS: dict[str, Task] = {
     "shortest-path": Task("test regret", False, _pto("shortest-path")),
+    "shortest-path-s1": Task("test regret", False, _pto("shortest-path", samples=1)),
+    "shortest-path-squared": Task("test regret", False, _pto("shortest-path", loss="squared")),
+    "shortest-path-squared-s1": Task("test regret", False, _pto("shortest-path", samples=1, loss="squared")),
     "knapsack": Task("test regret", False, _pto("knapsack")),
+    "knapsack-s1": Task("test regret", False, _pto("knapsack", samples=1)),
+    "knapsack-squared": Task("test regret", False, _pto("knapsack", loss="squared")),
+    "knapsack-squared-s1": Task("test regret", False, _pto("knapsack", samples=1, loss="squared")),
     "terrain": Task("% optimal", True, _terrain),
-    "toy": Task("expected loss", False, _toy),
+    "toy": Task("expected loss", False, _toy_task(1)),
+    "toy-s10": Task("expected loss", False, _toy_task(10)),
     "vae-sog": Task("test loss", False, _vae("sog")),
     "vae-gumbel": Task("test loss", False, _vae("gumbel")),
     "l2x": Task("% precision", True, _l2x),
     "sort": Task("% exact", True, _sort),
 }
-"""Task key → `Task`, in table order."""
+"""Task key → `Task`, in table order: the tasks that choose the default (`SELECTION_SEEDS`)."""
+
+HELD_OUT: dict[str, Task] = {
+    f"{family}{loss}{s1}": Task(
+        "test regret",
+        False,
+        _pto(family, samples=1 if s1 else 10, loss="squared" if loss else "regret", deg=4),
+    )
+    for family in ("assignment", "spanning-tree", "subsets")
+    for loss in ("", "-squared")
+    for s1 in ("", "-s1")
+} | {
+    "shortest-path-deg2-s1": Task("test regret", False, _pto("shortest-path", samples=1, deg=2)),
+    "knapsack-deg2-s1": Task("test regret", False, _pto("knapsack", samples=1, deg=2)),
+}
+"""The held-out tasks, on other seeds (`HELD_OUT_SEEDS`): problem families, degrees and seeds that took no
+part in choosing the default. Predict-then-optimize at deg 4 on a 6 × 6 assignment, the spanning trees of
+K₇ and the 8-subsets of 30 items, each with S = 10 and S = 1 and with the regret and the squared
+distance to z*; shortest path and knapsack at deg 2 with S = 1."""
+
+SELECTION_SEEDS: tuple[int, ...] = (0, 1, 2)
+"""The seeds of the tasks that choose the default."""
+HELD_OUT_SEEDS: tuple[int, ...] = (3, 4, 5)
+"""The seeds of the held-out tasks."""
 
 
 def _score(values: Sequence[float], higher_is_better: bool) -> float:
@@ -332,9 +426,10 @@ def _score(values: Sequence[float], higher_is_better: bool) -> float:
 def run(
     quick: bool = False,
     *,
+    part: str = "selection",
     tasks: Sequence[str] | None = None,
     candidates: Sequence[str] | None = None,
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Train every candidate on every task and seed; one row per (task, candidate).
@@ -348,35 +443,48 @@ def run(
     ----------
     quick
         Smoke settings (seconds per task; one seed unless ``seeds`` is given).
+    part
+        ``"selection"``: the tasks of `TASKS` on `SELECTION_SEEDS`; ``"held-out"``: those of `HELD_OUT`
+        on `HELD_OUT_SEEDS`; ``"all"``: both, each on its own seeds.
     tasks
-        Keys of `TASKS` (default: all).
+        Keys of `TASKS` or `HELD_OUT` (default: every task of the part).
     candidates
         Keys of `CANDIDATES` (default: all).
     seeds
-        The paired seeds.
+        The paired seeds (default: each task's part's seeds).
     on_row
         Called with each task's rows as soon as the task is finished.
     """
-    task_keys = list(tasks or TASKS)
+    parts = {"selection": (TASKS, SELECTION_SEEDS), "held-out": (HELD_OUT, HELD_OUT_SEEDS)}
+    if part not in (*parts, "all"):
+        raise ValueError(f"unknown part {part!r}; choose from selection, held-out, all")
+    chosen = list(parts.values()) if part == "all" else [parts[part]]
+    every = {key: (task, task_seeds) for table, task_seeds in parts.values() for key, task in table.items()}
+    default_keys = [key for table, _ in chosen for key in table]
+    task_keys = list(tasks or default_keys)
     cand_keys = list(candidates or CANDIDATES)
     for key in task_keys:
-        if key not in TASKS:
-            raise ValueError(f"unknown task {key!r}; choose from {', '.join(TASKS)}")
+        if key not in every:
+            raise ValueError(f"unknown task {key!r}; choose from {', '.join(every)}")
     for key in cand_keys:
         if key not in CANDIDATES:
             raise ValueError(f"unknown candidate {key!r}; choose from {', '.join(CANDIDATES)}")
-    seeds = list(seeds[:1] if quick and tuple(seeds) == (0, 1, 2) else seeds)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small models: threads only add synchronisation
     rows: list[dict[str, Any]] = []
     try:
         for task_key in task_keys:
-            task = TASKS[task_key]
-            task_rows = [_candidate_row(task_key, task, CANDIDATES[c], c, seeds, quick) for c in cand_keys]
+            task, task_seeds = every[task_key]
+            run_seeds = list(task_seeds if seeds is None else seeds)
+            run_seeds = run_seeds[:1] if quick and seeds is None else run_seeds
+            task_rows = [
+                _candidate_row(task_key, task, CANDIDATES[c], c, run_seeds, quick) for c in cand_keys
+            ]
             scores = [_score(r["values"], task.higher_is_better) for r in task_rows]
             best = max(scores) if task.higher_is_better else min(scores)
             for row, score in zip(task_rows, scores):
                 row["vs_best"] = _ratio(score, best, task.higher_is_better)
+                row["held_out"] = task_key in HELD_OUT
             rows += task_rows
             if on_row is not None:
                 for row in task_rows:

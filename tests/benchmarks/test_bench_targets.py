@@ -34,15 +34,24 @@ from imle_solvers.target import Solve, TargetDistribution
 
 
 def test_each_candidate_builds_the_target_it_names() -> None:
-    assert list(CANDIDATES) == ["default", "relative-0.1", "relative-1", "large-step", "aimle", "pid"]
+    assert list(CANDIDATES) == [
+        "default",
+        "declared-linear",
+        "unweighted",
+        "relative-1",
+        "large-step",
+        "aimle",
+        "pid",
+    ]
     assert CANDIDATES["default"].make(None) is None  # the layer's own default
     assert isinstance(Setting(CANDIDATES["default"], None).target(), AutoTarget)
-    assert CANDIDATES["relative-0.1"].make(None) == RelativeTarget(0.1, two_sided=True)
+    assert CANDIDATES["declared-linear"].make(None) == AutoTarget(linear=True)
+    assert CANDIDATES["unweighted"].make(None) == AutoTarget(prior=0.0, floor=0.0)
     assert CANDIDATES["relative-1"].make(None) == RelativeTarget(1.0, two_sided=True)
     assert CANDIDATES["large-step"].make(None) == RelativeTarget(10.0, two_sided=False)
     assert isinstance(CANDIDATES["aimle"].make(None), AdaptiveTarget)
     pid = CANDIDATES["pid"]
-    assert pid.grid == PID_GRID == (1.0, 10.0, 100.0) and pid.per_instance
+    assert pid.grid == PID_GRID == (0.1, 1.0, 10.0, 100.0, 1000.0) and pid.per_instance
     assert [pid.make(lam) for lam in pid.settings()] == [PerturbedTarget(lam) for lam in PID_GRID]
     assert isinstance(pid.make(None), PerturbedTarget)  # every candidate builds something from None
     for key, candidate in CANDIDATES.items():
@@ -109,6 +118,7 @@ def _fake_tasks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     monkeypatch.setattr(
         bench, "TASKS", {"low": Task("loss", False, train), "high": Task("score", True, train)}
     )
+    monkeypatch.setattr(bench, "HELD_OUT", {"other": Task("loss", False, train)})
     monkeypatch.setattr(
         bench,
         "CANDIDATES",
@@ -158,6 +168,7 @@ def test_rows_give_each_candidate_its_best_lambda_and_its_ratio_to_the_best(
         "values": [5.0, 7.0],
         "seeds": [0, 2],
         "vs_best": 2.0,  # 6 / 3: twice the best loss
+        "held_out": False,
     }
     # a loss is minimised: λ = 10 (values 2, 4); a score is maximised: λ = 1 (values 4, 6)
     assert (low_tuned["lam"], low_tuned["values"], low_tuned["vs_best"]) == (10.0, [2.0, 4.0], 1.0)
@@ -175,11 +186,48 @@ def test_quick_takes_one_seed_unless_seeds_are_given_and_names_are_checked_first
     assert bench.run(tasks=["low"], candidates=["plain"])[0]["seeds"] == [0, 1, 2]  # the full run: three
     assert [r["candidate"] for r in bench.run(quick=True, tasks=["high"])] == ["plain", "tuned"]  # all
     calls.clear()
-    with pytest.raises(ValueError, match="unknown task 'nope'; choose from low, high"):
+    with pytest.raises(ValueError, match="unknown task 'nope'; choose from low, high, other"):
         bench.run(tasks=["low", "nope"])
+    with pytest.raises(ValueError, match="unknown part 'some'; choose from selection, held-out, all"):
+        bench.run(part="some")
     with pytest.raises(ValueError, match="unknown candidate 'nope'; choose from plain, tuned"):
         bench.run(candidates=["plain", "nope"])
     assert calls == []  # nothing trained
+
+
+def test_the_held_out_tasks_run_on_their_own_seeds_and_are_marked(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _fake_tasks(monkeypatch)
+    rows = bench.run(part="held-out", candidates=["plain"])
+    assert [(r["task"], r["seeds"], r["held_out"]) for r in rows] == [("other", [3, 4, 5], True)]
+    assert bench.SELECTION_SEEDS == (0, 1, 2) and bench.HELD_OUT_SEEDS == (3, 4, 5)
+    calls.clear()
+    rows = bench.run(part="all", candidates=["plain"])
+    assert [(r["task"], r["seeds"], r["held_out"]) for r in rows] == [
+        ("low", [0, 1, 2], False),
+        ("high", [0, 1, 2], False),
+        ("other", [3, 4, 5], True),
+    ]
+    assert sorted({c[2] for c in calls}) == [0, 1, 2, 3, 4, 5]
+    assert bench.run(part="all", quick=True, candidates=["plain"])[2]["seeds"] == [3]  # quick: the first
+    assert bench.run(part="held-out", candidates=["plain"], seeds=(7,))[0]["seeds"] == [7]
+
+
+def test_the_table_covers_one_and_ten_samples_and_both_losses_on_every_pto_family() -> None:
+    selection = {k for k in TASKS if k.startswith(("shortest-path", "knapsack"))}
+    assert selection == {
+        f"{p}{loss}{s1}"
+        for p in ("shortest-path", "knapsack")
+        for loss in ("", "-squared")
+        for s1 in ("", "-s1")
+    }
+    assert {"toy", "toy-s10", "terrain", "vae-sog", "vae-gumbel", "l2x", "sort"} <= set(TASKS)
+    assert set(bench.HELD_OUT) == {
+        f"{family}{loss}{s1}"
+        for family in ("assignment", "spanning-tree", "subsets")
+        for loss in ("", "-squared")
+        for s1 in ("", "-s1")
+    } | {"shortest-path-deg2-s1", "knapsack-deg2-s1"}
+    assert not set(TASKS) & set(bench.HELD_OUT)
 
 
 def test_threads_are_restored_when_a_task_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -324,30 +372,68 @@ def _rows_of(rows: torch.Tensor, table: torch.Tensor) -> bool:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("problem", ["shortest-path", "knapsack"])
+@pytest.mark.parametrize(
+    ("key", "samples", "loss"),
+    [
+        ("shortest-path", 10, "regret"),
+        ("knapsack", 10, "regret"),
+        ("knapsack-s1", 1, "regret"),
+        ("shortest-path-squared", 10, "squared"),
+        ("shortest-path-squared-s1", 1, "squared"),
+    ],
+)
 def test_pto_tasks_follow_pyepo_s_protocol(
-    problem: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    key: str, samples: int, loss: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from imle_solvers.losses import regret
 
+    problem = "knapsack" if key.startswith("knapsack") else "shortest-path"
     spied = _spy(monkeypatch, tmp_path, shrink=(40, 20))  # 40 instances: batches of 32 and 8
     setting, spy = _spy_setting()
-    value = TASKS[problem].train(setting, 3, False)
+    value = TASKS[key].train(setting, 3, False)
     (plan,), (prob,), (model,) = spied.plans, spied.problems, spied.models
     assert (plan.problem, plan.data.n_train, plan.data.n_test, plan.data.deg) == (problem, 1000, 1000, 6)
     assert isinstance(model, torch.nn.Linear) and spied.rates == [1e-2]  # linear model, Adam 10⁻²
     assert len(spy.seen) == 10 * 2  # 10 epochs of 2 batches
     sign = sense_sign(prob.train_oracle)
-    for _, grad in spy.seen:
-        batch, samples = grad.shape[:2]
-        assert batch in (32, 8) and samples == 10
-        assert torch.equal(grad, grad[:, :1].expand_as(grad))  # ⟨c, z⟩ is linear: every sample alike
-        # the regret ⟨c, z⟩ averaged over the batch and the samples: ∇zL = ∓c / (B·S), c a training row
-        assert _rows_of(-sign * grad[:, 0] * batch * samples, prob.train.costs)
+    for z, grad in spy.seen:
+        batch, s = grad.shape[:2]
+        assert batch in (32, 8) and s == samples
+        if loss == "regret":
+            assert torch.equal(grad, grad[:, :1].expand_as(grad))  # ⟨c, z⟩ is linear: every sample alike
+            # the regret ⟨c, z⟩ averaged over the batch and the samples: ∇zL = ∓c / (B·S), c a training row
+            assert _rows_of(-sign * grad[:, 0] * batch * s, prob.train.costs)
+        else:  # ‖z − z*‖² averaged over the batch and the samples: ∇zL = 2(z − z*) / (B·S)
+            best = z - grad * batch * s / 2  # z*   [B, S, m]
+            assert _rows_of(best.reshape(-1, best.shape[-1]), prob.train.solutions)
+            assert torch.equal(best, best[:, :1].expand_as(best))
     test = prob.test
     with torch.no_grad():
         want = regret(prob.eval_oracle, model(test.features), test.costs, optimal=test.solutions)
     assert value == float(want)  # normalised test regret of the trained model
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("family", ["assignment", "spanning-tree", "subsets"])
+def test_held_out_families_generate_pyepo_style_data_on_their_own_oracle(family: str) -> None:
+    from imle_solvers import TopK, TorchSpanningTree
+
+    train, test, oracle = bench._generated(family, 30, 4, seed=3)
+    kind = {"assignment": TorchMatching, "spanning-tree": TorchSpanningTree, "subsets": TopK}[family]
+    assert (
+        isinstance(oracle, kind)
+        and oracle.n_vars == {"assignment": 36, "spanning-tree": 21, "subsets": 30}[family]
+    )
+    assert train.features.shape == (30, 5) == test.features.shape and train.costs.shape == (30, oracle.n_vars)
+    assert bool((train.costs > 0).all())  # the SPO cost model: positive
+    torch.testing.assert_close(train.solutions, oracle.solve_torch(train.costs.double()).float())  # optimal
+    again, _, _ = bench._generated(family, 30, 4, seed=3)
+    other, _, _ = bench._generated(family, 30, 4, seed=4)
+    assert torch.equal(again.costs, train.costs) and not torch.equal(other.costs, train.costs)
+    setting, spy = _spy_setting()
+    value = bench.HELD_OUT[f"{family}-squared-s1"].train(setting, 3, True)
+    assert 0.0 <= value and value == bench.HELD_OUT[f"{family}-squared-s1"].train(setting, 3, True)
+    assert {tuple(g.shape[1:]) for _, g in spy.seen} == {(1, oracle.n_vars)}  # one sample, that oracle
 
 
 @pytest.mark.timeout(60)
@@ -360,6 +446,7 @@ def test_quick_pto_tasks_are_one_epoch_on_small_data(
     first = TASKS[problem].train(setting, 0, True)
     (plan,) = spied.plans
     assert plan.data.n_train == plan.data.n_test < 1000 and len(spy.seen) == -(-plan.data.n_train // 32)
+    assert {g.shape[1] for _, g in spy.seen} == {2}  # quick: two samples
     assert TASKS[problem].train(setting, 0, True) == first  # paired: the seed fixes everything
     assert TASKS[problem].train(setting, 1, True) != first
 
@@ -408,9 +495,17 @@ def test_toy_takes_the_best_finite_learning_rate_and_reruns_it_with_fresh_noise(
     best_rate = toy_run.DEFAULT_LRS[3]
 
     def optimise(
-        problem: Any, method: Any, lam: Any, rates: list[float], runs: int, steps: int, gen: Any, target: Any
+        problem: Any,
+        method: Any,
+        lam: Any,
+        rates: list[float],
+        runs: int,
+        steps: int,
+        gen: Any,
+        target: Any,
+        samples: int,
     ) -> torch.Tensor:
-        calls.append((method.name, lam, list(rates), runs, steps, gen.initial_seed(), target))
+        calls.append((method.name, lam, list(rates), runs, steps, gen.initial_seed(), target, samples))
         (rate,) = rates
         tag = gen.initial_seed() % 1000
         if tag == len(toy_run.DEFAULT_LRS):  # the re-run of the best rate
@@ -425,7 +520,10 @@ def test_toy_takes_the_best_finite_learning_rate_and_reruns_it_with_fresh_noise(
     value = TASKS["toy"].train(Setting(CANDIDATES["default"], None), 4, False)
     assert value == 1.0  # the mean of the two noises' re-runs
     n = len(toy_run.DEFAULT_LRS)
-    assert len(calls) == 2 * (n + 1)
+    assert len(calls) == 2 * (n + 1) and {c[7] for c in calls} == {1}
+    calls.clear()
+    assert TASKS["toy-s10"].train(Setting(CANDIDATES["default"], None), 4, False) == 1.0
+    assert len(calls) == 2 * (n + 1) and {c[7] for c in calls} == {10}  # ten samples a step
     for half in (calls[: n + 1], calls[n + 1 :]):
         assert [c[2] for c in half] == [[r] for r in toy_run.DEFAULT_LRS] + [[best_rate]]  # one layer a rate
         assert {(c[3], c[4]) for c in half} == {(100, 50)}  # 100 runs, 50 steps
@@ -440,7 +538,15 @@ def test_toy_steps_a_tuned_lambda_with_eta_lambda(monkeypatch: pytest.MonkeyPatc
     rates: list[float] = []
 
     def optimise(
-        problem: Any, method: Any, lam: Any, lrs: list[float], runs: int, steps: int, gen: Any, target: Any
+        problem: Any,
+        method: Any,
+        lam: Any,
+        lrs: list[float],
+        runs: int,
+        steps: int,
+        gen: Any,
+        target: Any,
+        samples: int,
     ) -> torch.Tensor:
         rates.extend(lrs)
         assert lam == 10.0 and target == PerturbedTarget(10.0)
@@ -544,14 +650,15 @@ def test_sort_task_sorts_5_numbers_with_the_experiment_s_settings(monkeypatch: p
 
 def test_every_task_has_its_metric_and_direction() -> None:
     want = {
-        "shortest-path": ("test regret", False),
-        "knapsack": ("test regret", False),
+        **{k: ("test regret", False) for k in TASKS if k.startswith(("shortest-path", "knapsack"))},
         "terrain": ("% optimal", True),
         "toy": ("expected loss", False),
+        "toy-s10": ("expected loss", False),
         "vae-sog": ("test loss", False),
         "vae-gumbel": ("test loss", False),
         "l2x": ("% precision", True),
         "sort": ("% exact", True),
     }
     assert {k: (t.metric, t.higher_is_better) for k, t in TASKS.items()} == want
+    assert {(t.metric, t.higher_is_better) for t in bench.HELD_OUT.values()} == {("test regret", False)}
     assert np.isfinite(list(PID_GRID)).all()

@@ -121,8 +121,9 @@ def gradient_estimate(
     lam: float | None,
     generator: torch.Generator,
     target: TargetDistribution | None = None,
+    samples: int = 1,
 ) -> Callable[[torch.Tensor], torch.Tensor]:
-    """θ ``[N, m]`` → one-sample gradient estimate ``[N, m]`` of ``L`` for every row.
+    """θ ``[N, m]`` → gradient estimate ``[N, m]`` of ``L`` for every row, from ``samples`` samples.
 
     Parameters
     ----------
@@ -136,6 +137,8 @@ def gradient_estimate(
         Source of the estimator's randomness (noise or exact samples).
     target
         The I-MLE target instead of ``PerturbedTarget(lam)`` (``bench targets`` compares targets).
+    samples
+        S perturb-and-MAP samples per row (I-MLE and STE), the loss averaged over them; SFE draws one.
     """
     if method.kind == "sfe":
         return lambda theta: problem.sfe_gradient(theta, problem.sample(theta, generator))
@@ -146,14 +149,15 @@ def gradient_estimate(
         if target is None:
             assert lam is not None
             target = PerturbedTarget(lam)
-        layer = IMLE(oracle, noise=method.noise, target=target, generator=generator)
+        layer = IMLE(oracle, noise=method.noise, target=target, samples=samples, generator=generator)
     else:
-        layer = STE(oracle, noise=method.noise, generator=generator)
+        layer = STE(oracle, noise=method.noise, samples=samples, generator=generator)
 
     def grad(theta: torch.Tensor) -> torch.Tensor:
         leaf = theta.detach().requires_grad_(True)
-        z = layer(leaf)  # z = MAP(θ + ε)              [N, m]
-        loss = ((z - problem.b) ** 2).sum()  # Σ_rows ℓ(z) = ‖z − b‖²; ∇zℓ = 2(z − b)
+        z = layer(leaf)  # z = MAP(θ + ε)              [N, m] or [N, S, m]
+        per_sample = ((z - problem.b) ** 2).sum(-1)  # ℓ(z) = ‖z − b‖²; ∇zℓ = 2(z − b)
+        loss = (per_sample.mean(-1) if samples > 1 else per_sample).sum()  # Σ_rows mean_S ℓ
         (g,) = torch.autograd.grad(loss, leaf)
         return g
 

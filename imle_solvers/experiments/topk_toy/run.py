@@ -78,13 +78,14 @@ def _optimise(
     steps: int,
     generator: torch.Generator,
     target: TargetDistribution | None = None,
+    samples: int = 1,
 ) -> torch.Tensor:
     """``runs`` optimisations per learning rate in one batch; exact ``L`` curves ``[n_lr, runs, steps+1]``
-    (``target``: the I-MLE target instead of ``PerturbedTarget(lam)``)."""
+    (``target``: the I-MLE target instead of ``PerturbedTarget(lam)``; ``samples`` per step)."""
     n_lr, m = len(lrs), problem.m
     theta = problem.theta0.expand(n_lr * runs, m).clone()  # θ₀ for every (lr, run)   [N, m]
     lr = torch.tensor(lrs, dtype=theta.dtype).repeat_interleave(runs).unsqueeze(-1)  # [N, 1]
-    grad_fn = gradient_estimate(problem, method, lam, generator, target)
+    grad_fn = gradient_estimate(problem, method, lam, generator, target, samples)
     curves = theta.new_empty(steps + 1, n_lr * runs)
     curves[0] = problem.expected_loss(theta)
     buf: torch.Tensor | None = None
