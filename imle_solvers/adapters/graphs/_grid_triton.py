@@ -1,7 +1,9 @@
 """The grid shortest path as one fused Triton kernel: one program per map, sweeps to a fixed point inside.
 
-[`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] imports this module only where it runs
-the kernel (CUDA weights and Triton importable, or ``backend="triton"``): it imports Triton at the top.
+[`TorchGridShortestPath`][imle_solvers.TorchGridShortestPath] uses this module only where it runs the
+kernel (CUDA weights and Triton importable, or ``backend="triton"``). Triton is imported on the first
+`kernel` call, not with this module, so that the
+module imports (and its documentation builds, and the test suite collects) without Triton installed.
 The kernel computes exactly what the torch code path of ``torch_grid.py`` computes (the reference):
 
 * costs are read in their own dtype and converted to float32 (float64 stays float64), as ``.to()`` does;
@@ -27,16 +29,18 @@ of a sweep from its reads.
 
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+from typing import Any
 
-__all__ = ["default_warps", "interpreted", "solve_grid"]
+import torch
+
+__all__ = ["default_warps", "interpreted", "kernel", "solve_grid"]
+
+triton: Any = None  # the modules, set by `kernel` (the kernel's source resolves `tl` here)
+tl: Any = None
 
 
 # Triton reads a kernel's parameter annotations itself (``tl.constexpr``): the others stay unannotated.
-@triton.jit
-def _grid_path_kernel(  # type: ignore[no-untyped-def]
+def _grid_path_program(  # type: ignore[no-untyped-def]
     w_ptr,
     out_ptr,
     dist_ptr,
@@ -147,10 +151,26 @@ def _next_pow2(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
 
 
+_KERNEL: list[Any] = []
+
+
+def kernel() -> Any:
+    """The kernel, decorated on first use (``triton.jit``; Triton's CPU interpreter when the
+    environment sets ``TRITON_INTERPRET=1`` before Triton is imported)."""
+    global triton, tl
+    if not _KERNEL:
+        import triton as triton_module
+        import triton.language as language
+
+        triton, tl = triton_module, language
+        _KERNEL.append(triton.jit(_grid_path_program))
+    return _KERNEL[0]
+
+
 def interpreted() -> bool:
     """Whether the kernel runs in Triton's interpreter (``TRITON_INTERPRET=1`` was set when this module
     was imported): then it takes CPU tensors, and only then."""
-    return type(_grid_path_kernel).__name__ == "InterpretedFunction"
+    return type(kernel()).__name__ == "InterpretedFunction"
 
 
 def default_warps(height: int, width: int) -> int:
@@ -180,7 +200,7 @@ def solve_grid(
     dist = torch.empty((n, 2, cells), dtype=compute, device=w.device)  # scratch: d, two copies
     aux = torch.empty((n, cells), dtype=torch.int32, device=w.device)  # scratch: L, then predecessors
     block = _next_pow2(hw)
-    _grid_path_kernel[(n,)](
+    kernel()[(n,)](
         w,
         out,
         dist,

@@ -47,7 +47,7 @@ _BACKENDS = ("auto", "torch", "triton")
 
 @functools.cache
 def _kernel_module() -> ModuleType | None:
-    """``_grid_triton`` (it imports Triton), or ``None`` where Triton is not installed."""
+    """``_grid_triton`` (it imports Triton at its first kernel), or ``None`` without Triton."""
     if importlib.util.find_spec("triton") is None:
         return None
     from . import _grid_triton
