@@ -70,9 +70,9 @@ def knapsack(
     Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
     Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
-    _check(num_samples, num_features, deg, noise_width)
-    positive_int("num_items", num_items)
-    positive_int("dim", dim)
+    num_samples, num_features, deg, noise_width = _check(num_samples, num_features, deg, noise_width)
+    num_items = positive_int("num_items", num_items)
+    dim = positive_int("dim", dim)
     given = np.ravel(np.asarray(capacity, dtype=object)).tolist()
     caps = np.asarray([non_negative("capacity", c) for c in given], dtype=float)  # [dim] or [1]
     if caps.size not in (1, dim):

@@ -12,7 +12,7 @@ import torch
 
 from .._checks import in_range, non_negative_int, positive_int
 from ..adapters.graphs import DAGShortestPath
-from .dataset import PTODataset, spo_costs
+from .dataset import DEG_MAX, PTODataset, spo_costs
 
 __all__ = ["shortest_path"]
 
@@ -66,7 +66,7 @@ def shortest_path(
     Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
     Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
-    _check(num_samples, num_features, deg, noise_width)
+    num_samples, num_features, deg, noise_width = _check(num_samples, num_features, deg, noise_width)
     rows, cols = grid
     oracle = DAGShortestPath.grid(rows, cols)
     d = oracle.n_vars  # (rows − 1)·cols + (cols − 1)·rows arcs
@@ -87,8 +87,14 @@ def shortest_path(
     return PTODataset(torch.from_numpy(x).float(), torch.from_numpy(costs).float(), oracle, info=info)
 
 
-def _check(num_samples: int, num_features: int, deg: int, noise_width: float) -> None:
-    non_negative_int("num_samples", num_samples)
-    positive_int("num_features", num_features)
-    positive_int("deg", deg)
-    in_range("noise_width", noise_width, 0, 1)
+def _check(num_samples: int, num_features: int, deg: int, noise_width: float) -> tuple[int, int, int, float]:
+    """The generators' common arguments, checked and converted (``10.0`` samples are 10)."""
+    deg = positive_int("deg", deg)
+    if deg > DEG_MAX:
+        raise ValueError(f"deg must be in [1, {DEG_MAX}] (the costs must fit float32), got {deg!r}")
+    return (
+        non_negative_int("num_samples", num_samples),
+        positive_int("num_features", num_features),
+        deg,
+        in_range("noise_width", noise_width, 0, 1),
+    )

@@ -37,7 +37,7 @@ def tsp_costs(
     The draws (coordinates, B, x, ε from ``numpy.random.RandomState(seed)``) follow the order of PyEPO's
     ``pyepo.data.tsp.genData``, so the same arguments give PyEPO's arrays.
     """
-    _check(num_samples, num_features, deg, noise_width)
+    num_samples, num_features, deg, noise_width = _check(num_samples, num_features, deg, noise_width)
     n_nodes = integer_at_least("num_nodes", num_nodes, 3)
     from scipy.spatial.distance import pdist
 
@@ -50,8 +50,11 @@ def tsp_costs(
     x = rnd.normal(0, 1, (num_samples, num_features))  # x   [n, p]
     feature = (x @ basis.T / np.sqrt(num_features) + 3) ** deg / 3 ** (deg - 1)  # [n, m]
     eps = rnd.uniform(1 - noise_width, 1 + noise_width, (num_samples, m))  # ε   [n, m]
-    costs = np.around(distance + feature * eps, decimals=4).astype(np.float32)  # c   [n, m]
-    return x, costs, coords
+    with np.errstate(over="ignore"):
+        exact = np.around(distance + feature * eps, decimals=4)  # c   [n, m] float64
+    if not (np.isfinite(exact).all() and np.abs(exact).max(initial=0.0) <= np.finfo(np.float32).max):
+        raise ValueError(f"deg={deg} gives edge costs beyond float32's range: choose a smaller deg")
+    return x, exact.astype(np.float32), coords
 
 
 def tsp(
@@ -88,8 +91,8 @@ def tsp(
     seed
         Seed of the generator (PyEPO's default 135).
     oracle
-        The oracle that solves the instances and comes with the data set (default:
-        ``TravellingSalesperson(num_nodes)``).
+        The oracle that solves the instances and comes with the data set, in the ``"min"`` sense (the
+        costs are costs; default: ``TravellingSalesperson(num_nodes)``).
     pool
         A [`SolverPool`][imle_solvers.SolverPool] that solves the ``n`` optimal tours in parallel.
 
@@ -98,6 +101,7 @@ def tsp(
     Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
     Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
+    num_nodes = integer_at_least("num_nodes", num_nodes, 3)
     x, costs, coords = tsp_costs(num_samples, num_features, num_nodes, deg, noise_width, seed)
     if oracle is None:
         from ..adapters.graphs.tsp import TravellingSalesperson
@@ -106,8 +110,11 @@ def tsp(
     c = torch.from_numpy(costs)  # [n, m] float32
     if c.shape[1] != oracle.n_vars:
         raise ValueError(f"oracle has {oracle.n_vars} variables, {num_nodes} nodes have {c.shape[1]} edges")
-    sign = 1.0 if oracle.sense == "max" else -1.0
-    solutions = map_solve(oracle, sign * c.to(torch.float64), pool).to(c.dtype)  # z* = MAP(−c)   [n, m]
+    if oracle.sense != "min":
+        raise ValueError(
+            f"the TSP data are edge costs to minimise: the oracle must have sense 'min', got {oracle.sense!r}"
+        )
+    solutions = map_solve(oracle, -c.to(torch.float64), pool).to(c.dtype)  # z* = MAP(θ = −c)   [n, m]
     info = {
         "problem": "tsp",
         "num_nodes": num_nodes,

@@ -189,11 +189,11 @@ class SolverPool:
     ) -> None:
         one_of("backend", backend, tuple(BACKENDS))
         if workers is not None:
-            positive_int("workers", workers)
+            workers = positive_int("workers", workers)
         if timeout is not None:
-            positive("timeout", timeout)
+            timeout = positive("timeout", timeout)
         if chunksize is not None:
-            positive_int("chunksize", chunksize)
+            chunksize = positive_int("chunksize", chunksize)  # 2.0 rows are 2 (a slice bound)
         if fallback is not None:
             one_of("fallback", fallback, (None, True, False))
         if start_method is None:

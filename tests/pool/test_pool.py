@@ -716,3 +716,17 @@ def test_pool_benchmark_quick_run_produces_rows() -> None:
     assert {"ilp", "grid", "layer/grid"} <= parts
     grid = {row["variant"]: row for row in rows if row["part"] == "grid"}
     assert grid["process×2"]["ms"] > 0 and grid["process×2"]["goal"]
+
+
+@pytest.mark.parametrize("backend", ["serial", "thread"])
+def test_whole_numbers_given_as_floats_are_stored_as_ints_and_solve(backend: str) -> None:
+    # SolverPool(chunksize=2.0): a count, stored as 2 (it bounds slices); 2.5 is refused when the pool is made
+    with SolverPool(2.0, backend, fallback=False, chunksize=2.0, timeout=5) as pool:  # type: ignore[arg-type]
+        assert (pool.workers, pool.chunksize) == (2, 2)
+        assert type(pool.chunksize) is int and type(pool.timeout) is float
+        oracle = Enum(STATES)
+        weights = batch(5)
+        np.testing.assert_array_equal(pool.solve_batch(oracle, weights), oracle.solve_batch(weights))
+    for bad in ({"chunksize": 2.5}, {"workers": 1.5}, {"chunksize": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            SolverPool(backend=backend, **bad)  # type: ignore[arg-type]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -426,3 +427,74 @@ def test_the_largest_degree_keeps_every_cost_a_normal_float32(seed: int) -> None
 def test_degrees_whose_costs_float32_cannot_hold_are_refused(deg: int) -> None:
     with pytest.raises(ValueError, match=r"deg must be"):
         shortest_path(10, deg=deg)
+
+
+@pytest.mark.parametrize("generator", ["shortest_path", "knapsack", "tsp_costs"])
+def test_whole_numbers_given_as_floats_are_counts_and_fractions_are_refused(generator: str) -> None:
+    knapsack_module = importlib.import_module("imle_solvers.data.knapsack")
+    tsp_module = importlib.import_module("imle_solvers.data.tsp")
+
+    make = {
+        "shortest_path": shortest_path,
+        "knapsack": knapsack_module.knapsack,
+        "tsp_costs": lambda *a, **k: tsp_module.tsp_costs(*a, num_nodes=5, **k),
+    }[generator]
+
+    def costs(out: object) -> np.ndarray:
+        return np.asarray(out[1] if isinstance(out, tuple) else out.costs)  # type: ignore[attr-defined]
+
+    np.testing.assert_array_equal(
+        costs(make(6.0, num_features=4.0, deg=2.0)), costs(make(6, num_features=4, deg=2))
+    )
+    for bad in ({"num_samples": 6.5}, {"num_features": 2.5}, {"deg": 1.5}):
+        name = next(iter(bad))
+        args = {"num_samples": 6, **bad}
+        n = args.pop("num_samples")
+        with pytest.raises(ValueError, match=name):
+            make(n, **args)
+
+
+@pytest.mark.parametrize("deg", [70, 100, 1000])
+def test_tsp_degrees_beyond_the_cost_models_range_are_refused(deg: int) -> None:
+    from imle_solvers.data.tsp import tsp_costs
+
+    with pytest.raises(ValueError, match=r"deg must be in \[1, 69\]"):
+        tsp_costs(4, num_nodes=5, deg=deg)
+
+
+def test_tsp_costs_that_float32_cannot_hold_are_refused_not_returned_as_inf(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # PyEPO's TSP cost model reaches further than the SPO one (B ∈ [−2, 2]): whatever lets a degree through,
+    # a cost beyond float32 is refused, never returned as inf (deg 300 with the degree cap lifted)
+    tsp_module = importlib.import_module("imle_solvers.data.tsp")
+    uncapped = lambda n, p, deg, w: (int(n), int(p), int(deg), float(w))  # noqa: E731
+    monkeypatch.setattr(tsp_module, "_check", uncapped)
+    with pytest.raises(ValueError, match="deg=300 gives edge costs beyond float32's range"):
+        tsp_module.tsp_costs(50, num_nodes=6, deg=300, seed=0)
+    _, costs, _ = tsp_module.tsp_costs(200, num_nodes=6, deg=69, seed=0)  # the largest allowed degree fits
+    assert np.isfinite(costs).all()
+
+
+def test_tsp_data_refuse_a_maximising_oracle_and_count_nodes_given_as_floats() -> None:
+    from imle_solvers.adapters.graphs.tsp import TravellingSalesperson
+    from imle_solvers.data.tsp import tsp
+    from imle_solvers.oracle import MapOracle
+
+    class LongestIsNegated(MapOracle):
+        """A tour oracle in the "max" sense: scores to maximise, i.e. the negated costs."""
+
+        sense = "max"
+
+        def __init__(self) -> None:
+            self.inner = TravellingSalesperson(5)
+            self.n_vars, self.expected_nonzeros = self.inner.n_vars, 5.0
+
+        def solve(self, weights: np.ndarray) -> np.ndarray:
+            return self.inner.solve(-weights)  # argmax ⟨w, z⟩ = argmin ⟨−w, z⟩
+
+    plain = tsp(6, num_nodes=5.0, seed=3)  # a whole number of nodes given as a float is a count
+    assert plain.info["num_nodes"] == 5 and isinstance(plain.info["num_nodes"], int)
+    assert bool(((plain.costs * plain.solutions).sum(-1) <= (plain.costs * 1.0).sum(-1)).all())
+    with pytest.raises(ValueError, match="sense 'min', got 'max'"):
+        tsp(6, num_nodes=5, seed=3, oracle=LongestIsNegated())  # the costs would be taken as scores
