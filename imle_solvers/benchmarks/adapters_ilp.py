@@ -164,7 +164,7 @@ def _pulp_problem(A: np.ndarray, b: np.ndarray) -> tuple[Any, list[Any]]:
     import pulp
 
     prob = pulp.LpProblem("grid_path", pulp.LpMinimize)
-    x = [pulp.LpVariable(f"x{k}", cat="Binary") for k in range(A.shape[1])]
+    x = [prob.add_variable(f"x{k}", cat="Binary") for k in range(A.shape[1])]
     for i in range(A.shape[0]):
         prob += pulp.lpSum(A[i, k] * x[k] for k in np.flatnonzero(A[i])) == b[i]
     return prob, x

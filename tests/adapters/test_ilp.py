@@ -99,7 +99,7 @@ def test_from_pulp_agrees_with_matrices(backend: str) -> None:
     A = rng.integers(0, 5, size=(3, 6)).astype(float)
     b = A.sum(axis=1) // 2
     prob = pulp.LpProblem("p", pulp.LpMinimize)
-    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(6)]
+    x = [prob.add_variable(f"x{j}", cat="Binary") for j in range(6)]
     for i in range(3):
         prob += pulp.lpSum(A[i, j] * x[j] for j in range(6)) <= b[i]
     prob += pulp.lpSum(x) >= 2
@@ -113,8 +113,8 @@ def test_from_pulp_agrees_with_matrices(backend: str) -> None:
 
 def test_from_pulp_takes_the_problem_sense_and_auxiliary_variables() -> None:
     prob = pulp.LpProblem("p", pulp.LpMaximize)
-    x = [pulp.LpVariable(f"x{j}", cat="Binary") for j in range(3)]
-    t = pulp.LpVariable("t", lowBound=0, upBound=3, cat="Integer")  # auxiliary
+    x = [prob.add_variable(f"x{j}", cat="Binary") for j in range(3)]
+    t = prob.add_variable("t", lowBound=0, upBound=3, cat="Integer")  # auxiliary
     prob += pulp.lpSum(x) == t
     prob += t <= 2
     for backend in BACKENDS:

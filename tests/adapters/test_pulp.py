@@ -150,8 +150,8 @@ def test_mps_rows_of_every_kind() -> None:
 def _pulp_model() -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
     """Pick at least two of four items, at most one of the first pair, via an auxiliary count."""
     prob = pulp.LpProblem("choose", pulp.LpMaximize)
-    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(4)]
-    count = pulp.LpVariable("count", lowBound=0, upBound=4, cat="Continuous")
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(4)]
+    count = prob.add_variable("count", lowBound=0, upBound=4, cat="Continuous")
     prob += pulp.lpSum(x) - count == 0
     prob += count >= 2
     prob += x[0] + x[1] <= 1
@@ -173,12 +173,12 @@ def test_pulp_problem_with_auxiliary_variable(solver: str) -> None:
 
 def test_pulp_object_reports_infeasible_and_unbounded() -> None:
     prob = pulp.LpProblem("bad", pulp.LpMinimize)
-    x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(2)]
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(2)]
     prob += x[0] + x[1] >= 3
     with pytest.raises(InfeasibleError):
         PulpOracle(prob, x, solver=pulp.HiGHS(msg=False)).solve(np.zeros(2))
     free = pulp.LpProblem("free", pulp.LpMinimize)
-    y = [pulp.LpVariable(f"y{i}", cat="Integer") for i in range(2)]
+    y = [free.add_variable(f"y{i}", cat="Integer") for i in range(2)]
     free += y[0] - y[1] <= 1
     with pytest.raises(UnboundedError):
         PulpOracle(free, y, solver=pulp.HiGHS(msg=False)).solve(np.array([1.0, 0.0]))

@@ -662,3 +662,14 @@ def test_every_task_has_its_metric_and_direction() -> None:
     assert {k: (t.metric, t.higher_is_better) for k, t in TASKS.items()} == want
     assert {(t.metric, t.higher_is_better) for t in bench.HELD_OUT.values()} == {("test regret", False)}
     assert np.isfinite(list(PID_GRID)).all()
+
+
+def test_the_bench_command_passes_the_part_to_the_targets_suite_only() -> None:
+    from imle_solvers.benchmarks import BenchConfig
+    from imle_solvers.errors import ConfigError
+
+    assert BenchConfig(suite="targets").suite_options("targets") == {}
+    assert BenchConfig(suite="targets", part="held-out").suite_options("targets") == {"part": "held-out"}
+    assert BenchConfig(suite="all", part="all").suite_options("pto") == {}
+    with pytest.raises(ConfigError, match="targets suite only"):
+        BenchConfig(suite="pto", part="held-out")

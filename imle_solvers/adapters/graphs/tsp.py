@@ -309,7 +309,7 @@ def tsp_ilp(
     one_of("backend", backend, ("highs", "cbc"))
     edges = tsp_edges(n)
     prob = pulp.LpProblem("tsp", pulp.LpMinimize)
-    x = [pulp.LpVariable(f"x_{i}_{j}", cat="Binary") for i, j in edges]
+    x = [prob.add_variable(f"x_{i}_{j}", cat="Binary") for i, j in edges]
     incident: list[list[Any]] = [[] for _ in range(n)]
     for (i, j), var in zip(edges, x):
         incident[i].append(var)
@@ -320,7 +320,7 @@ def tsp_ilp(
         flow = {}
         for (i, j), var in zip(edges, x):
             for a, b in ((i, j), (j, i)):
-                flow[a, b] = pulp.LpVariable(f"f_{a}_{b}", lowBound=0)
+                flow[a, b] = prob.add_variable(f"f_{a}_{b}", lowBound=0)
                 prob += flow[a, b] <= (n - 1) * var, f"capacity_{a}_{b}"
         for v in range(n):
             out = pulp.lpSum(flow[v, u] for u in range(n) if u != v)
@@ -329,13 +329,13 @@ def tsp_ilp(
     else:
         arc = {}
         for (i, j), var in zip(edges, x):
-            arc[i, j] = pulp.LpVariable(f"y_{i}_{j}", cat="Binary")
-            arc[j, i] = pulp.LpVariable(f"y_{j}_{i}", cat="Binary")
+            arc[i, j] = prob.add_variable(f"y_{i}_{j}", cat="Binary")
+            arc[j, i] = prob.add_variable(f"y_{j}_{i}", cat="Binary")
             prob += var == arc[i, j] + arc[j, i], f"edge_{i}_{j}"
         for v in range(n):
             prob += pulp.lpSum(arc[v, u] for u in range(n) if u != v) == 1, f"out_{v}"
             prob += pulp.lpSum(arc[u, v] for u in range(n) if u != v) == 1, f"in_{v}"
-        u = {v: pulp.LpVariable(f"u_{v}", lowBound=1, upBound=n - 1) for v in range(1, n)}
+        u = {v: prob.add_variable(f"u_{v}", lowBound=1, upBound=n - 1) for v in range(1, n)}
         for a in range(1, n):
             for b in range(1, n):
                 if a != b:

@@ -227,7 +227,9 @@ class LinearForm:
             col[v.name] = len(col)
         rows, cols, vals = [], [], []
         row_lb, row_ub = [], []
-        for i, con in enumerate(problem.constraints.values()):
+        # PuLP ≥ 3.3 (and 4.0): constraints() lists them; older PuLP: a dict of them
+        listed = problem.constraints() if callable(problem.constraints) else problem.constraints.values()
+        for i, con in enumerate(listed):
             for v, coef in con.items():
                 if v.name not in col:  # pragma: no cover - problem.variables() lists them all
                     raise ValueError(f"constraint variable {v.name!r} is unknown")

@@ -126,7 +126,7 @@ class PulpOracle(EngineOracle):
     --------
     >>> import pulp
     >>> prob = pulp.LpProblem("pick_two", pulp.LpMaximize)
-    >>> x = [pulp.LpVariable(f"x{i}", cat="Binary") for i in range(4)]
+    >>> x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(4)]
     >>> prob += pulp.lpSum(x) == 2
     >>> PulpOracle(prob, x, solver="highs").solve(np.array([0.5, -1.0, 2.0, 0.1])).tolist()
     [1.0, 0.0, 1.0, 0.0]
