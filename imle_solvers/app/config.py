@@ -204,6 +204,9 @@ class _Field:
                 value: Any = _number_text(text)
             elif self.base is float:
                 value = float(text)
+                if math.isinf(value) and text.strip().lstrip("+-").lower() not in ("inf", "infinity"):
+                    cut = text if len(text) <= 40 else f"{text[:39]}…"  # 5,000 digits: say what was typed
+                    raise ValueError(f"must be a finite number, got {cut}")
             else:
                 value = text
             return self._one(value)

@@ -184,3 +184,29 @@ def test_the_reported_command_lines_fail_fast_in_a_fresh_interpreter(tmp_path: P
     assert said[9].endswith("got 'tcp://[::1': the '[' of an IPv6 address is not closed")
     assert said[10].endswith("(did you mean 'imle-mumu'?)")
     assert sorted(os.listdir(tmp_path)) == []  # no output folder was made
+
+
+def test_the_largest_count_is_torch_s_32_bit_int_and_is_itself_accepted() -> None:
+    from imle_solvers.app.config import count, count_at_least, non_negative_count
+
+    assert COUNT_MAX == 2**31 - 1  # torch's C int
+    for check in (count, non_negative_count, count_at_least(3)):
+        assert check(2**31 - 1) == 2**31 - 1
+        with pytest.raises(ValueError, match=rf"must be at most {2**31 - 1}, got {2**31}"):
+            check(2**31)
+
+
+@pytest.mark.parametrize("typed", ["9" * 5000, "1e400", "-1e309"])
+def test_a_float_option_that_overflows_says_what_was_typed_not_inf(
+    typed: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imle_solvers.training.config import TrainConfig
+
+    with pytest.raises(SystemExit):
+        TrainConfig.from_argv([f"--lr={typed}"])
+    said = capsys.readouterr().err
+    assert f"argument --lr: must be a finite number, got {typed[:39]}" in said
+    assert "got inf" not in said and len(said) < 400
+    with pytest.raises(SystemExit):
+        TrainConfig.from_argv(["--lr", "inf"])  # typed as inf: it is inf
+    assert "got inf" in capsys.readouterr().err
