@@ -87,7 +87,7 @@ print(f"one epoch on 2 worker processes: {seconds['process pool, 2 workers']:.2f
 #
 # A Dask cluster spreads the same batches over its workers, on this machine or on many; here a
 # `LocalCluster` of two worker processes stands in for a real one (`dask scheduler` and `dask worker`
-# programs: pass the scheduler's address, as `imle-solvers train --dask-address tcp://host:8786` does).
+# programs: pass the scheduler's address, as `imle-solvers train --problem tsp --dask-address tcp://host:8786` does).
 
 # %%
 from dask.distributed import LocalCluster  # noqa: E402 - the cell that needs it

@@ -42,6 +42,17 @@ __all__ = [
 ]
 
 ORACLES = ("auto", "host", "device")
+
+APPLIES_TO: dict[str, tuple[str, ...]] = {
+    "nodes": ("tsp",),
+    "solve_ratio": ("tsp",),
+    "data": ("warcraft",),
+    "size": IMAGE_PROBLEMS,
+    "deg": ("shortest-path", "knapsack", "tsp"),
+    "noise_width": ("shortest-path", "knapsack", "tsp"),
+}
+"""Setting → the problems that use it: given (other than its default) for another problem, it is refused
+with a usage error naming it (a new problem or setting is an entry here)."""
 NOISES = ("sog", "gumbel")
 BB_LOSSES = ("regret", "hamming")
 
@@ -69,6 +80,17 @@ def cost_degree(value: int) -> int:
     if deg > DEG_MAX:
         raise ValueError(f"must be at most {DEG_MAX} (the cost model's costs must fit float32), got {deg}")
     return deg
+
+
+def tour_nodes(value: int) -> int:
+    """The constraint of ``nodes``: an integer in ``[3, NODES_MAX]`` (see
+    [`NODES_MAX`][imle_solvers.adapters.graphs.tsp.NODES_MAX]: the largest tour the oracles build)."""
+    from ..adapters.graphs.tsp import NODES_MAX
+
+    nodes = count_at_least(3)(value)
+    if nodes > NODES_MAX:
+        raise ValueError(f"must be at most {NODES_MAX} (the largest tour an oracle builds), got {nodes}")
+    return nodes
 
 
 def _dist_timeout(value: float) -> float:
@@ -288,7 +310,7 @@ examples:
         "grid size K of terrain and warcraft (the paper: 12, 18, 24, 30)",
         check=count_at_least(2),
     )
-    nodes: int = option(20, "number of nodes of tsp (PyEPO's default)", check=count_at_least(3))
+    nodes: int = option(20, "number of nodes of tsp (PyEPO's default; 3 to 1000)", check=tour_nodes)
     solve_ratio: float = option(
         1.0,
         "tsp: share of the training rows solved; the others are answered from a solution cache of the tours "
@@ -378,11 +400,33 @@ examples:
         if self.model is not None and (self.model == "linear") == image:
             fits = "terrain-cnn or resnet-stem" if image else "linear"
             raise ConfigError(f"model {self.model!r} does not fit problem {self.problem!r} (use {fits})")
-        for name, default in (("nodes", 20), ("solve_ratio", 1.0)):
-            if getattr(self, name) != default and self.problem != "tsp":
-                raise ConfigError(f"needs --problem tsp, got problem {self.problem!r}", name)
-        if self.data is not None and self.problem != "warcraft":
-            raise ConfigError(f"needs --problem warcraft, got problem {self.problem!r}", "data")
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name, problems in APPLIES_TO.items():  # a setting given for a problem that has no use for it
+            if getattr(self, name) != defaults[name] and self.problem not in problems:
+                wanted = " or ".join(f"--problem {p}" for p in problems)
+                raise ConfigError(f"needs {wanted}, got problem {self.problem!r}", name)
+        if self.oracle == "device" and not DEFAULTS[self.problem].get("native_oracle", True):
+            raise ConfigError(
+                f"problem {self.problem!r} has no device-native oracle: use --oracle host or auto", "oracle"
+            )
+        pool = "workers" if self.workers > 0 else "dask_address" if self.dask_address is not None else None
+        if pool is not None and not DEFAULTS[self.problem].get("host_oracle", True):
+            raise ConfigError(
+                f"problem {self.problem!r} solves on torch (no solver-backed oracle): a solver pool has "
+                "nothing to solve",
+                pool,
+            )
+        if pool is not None and self.oracle == "device":
+            raise ConfigError(
+                "a solver pool solves the host oracles, and --oracle device solves on the device: drop it "
+                "or use --oracle host",
+                pool,
+            )
+        if self.channels_last == "on" and not image and self.model in (None, "linear"):
+            raise ConfigError(
+                f"applies to the CNN models (terrain, warcraft), got problem {self.problem!r} (linear model)",
+                "channels_last",
+            )
 
     def preflight(self) -> None:
         """The device and the output folder (as every command), then the plan: the ``--data`` files

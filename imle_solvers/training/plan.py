@@ -309,14 +309,15 @@ class TrainPlan:
 # --- the rules ---------------------------------------------------------------------------------------
 
 
-def auto_oracle(problem: str, device: torch.device) -> str:
+def auto_oracle(problem: str, device: torch.device, pool: bool = False) -> str:
     """``--oracle auto``: ``"device"`` (device-native oracles) off the CPU, and on the CPU for the problems
     whose device-native oracle is also their fastest CPU oracle (``native_on_cpu`` in the problem's
-    ``DEFAULTS``: the knapsack's ``TorchKnapsack``); ``"host"`` otherwise, and on every device for the
+    ``DEFAULTS``: the knapsack's ``TorchKnapsack``); ``"host"`` otherwise, on every device for the
     problems that have no device-native oracle (``native_oracle`` ``False`` in their ``DEFAULTS``:
-    ``tsp``)."""
+    ``tsp``), and wherever a solver pool is asked for (``pool``: ``--workers`` or ``--dask-address``,
+    which solve host oracles)."""
     defaults = DEFAULTS.get(problem, {})
-    if not defaults.get("native_oracle", True):
+    if pool or not defaults.get("native_oracle", True):
         return "host"
     if device.type != "cpu" or defaults.get("native_on_cpu", False):
         return "device"
@@ -354,12 +355,12 @@ def recording_blocker(
     """
     if device.type != "cuda":
         return f"it needs a CUDA device, got {device}"
-    if oracle != "device":
-        return "the oracles solve on the host (--oracle host)"
     if workers > 0:
         return f"a solver pool solves on the host (--workers {workers})"
     if dask_address is not None:
         return "a Dask cluster solves on the host (--dask-address)"
+    if oracle != "device":
+        return "the oracles solve on the host (--oracle host)"
     if world_size > 1:
         return f"{world_size} training processes: DistributedDataParallel's all-reduce cannot be recorded"
     return None
@@ -452,7 +453,8 @@ def resolve(config: TrainConfig) -> TrainPlan:
             stacklevel=3,
         )
     model = str(config.model if config.model is not None else defaults["model"])
-    oracle = config.oracle if config.oracle != "auto" else auto_oracle(config.problem, device)
+    pool = config.workers > 0 or config.dask_address is not None
+    oracle = config.oracle if config.oracle != "auto" else auto_oracle(config.problem, device, pool)
     blocker = recording_blocker(device, oracle, config.workers, config.dask_address, world)
     if config.compile == "auto":
         mode, reason = auto_compile(blocker)

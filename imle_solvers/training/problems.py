@@ -51,7 +51,7 @@ _PYEPO = {
     "native_on_cpu": True,
 }
 DEFAULTS: dict[str, dict[str, Any]] = {
-    "shortest-path": dict(_PYEPO),
+    "shortest-path": _PYEPO | {"host_oracle": False},  # DAGShortestPath: torch on every setting
     "knapsack": dict(_PYEPO),
     "tsp": _PYEPO | {"native_on_cpu": False, "native_oracle": False},  # CP-SAT tours on every device
     "terrain": {
@@ -84,7 +84,9 @@ instances per evaluation call), ``dpo_samples`` (S of ``dpo`` and ``pfyl`` where
 ``samples``), ``native_on_cpu`` (``--oracle auto`` picks the device-native oracle on the CPU too,
 see [`auto_oracle`][imle_solvers.training.plan.auto_oracle]; absent: ``False``) and ``native_oracle``
 (``False``: the problem has no device-native oracle, ``--oracle auto`` keeps the host one on every
-device; absent: ``True``) are not options.
+device; absent: ``True``) and ``host_oracle`` (``False``: the problem has no solver-backed oracle, its
+oracle is device-native whatever ``--oracle`` says, so a solver pool has nothing to solve; absent:
+``True``) are not options.
 ``warcraft`` defaults to the paper's protocol (its ``--schedule`` is ``paper``, see
 `SCHEDULE_DEFAULTS`)."""
 

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from imle_solvers import ILP, TravellingSalesperson
-from imle_solvers.adapters.graphs.tsp import tsp_edges, tsp_ilp
+from imle_solvers.adapters.graphs.tsp import NODES_MAX, tsp_edges, tsp_ilp
 from imle_solvers.errors import (
     InvalidSolutionError,
     InvalidWeightsError,
@@ -155,6 +155,11 @@ def test_bad_arguments_and_weights() -> None:
         TravellingSalesperson(4, time_limit=0)
     with pytest.raises(ValueError, match="backend"):
         tsp_ilp(4, backend="cpsat")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"n_nodes must be at most 1000 \(NODES_MAX\), got 1001"):
+        TravellingSalesperson(1001)
+    with pytest.raises(ValueError, match="n_nodes must be at most 1000"):
+        TravellingSalesperson(10**6)  # refused at once, not built (it would hold 5·10¹¹ weights)
+    assert NODES_MAX == 1000
     tsp = TravellingSalesperson(4)
     bad = np.ones((3, 6))
     bad[2, 1] = np.inf
@@ -163,6 +168,53 @@ def test_bad_arguments_and_weights() -> None:
     assert info.value.rows == (2,)
     with pytest.raises(InvalidWeightsError):
         tsp.solve(np.ones(5))
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_cp_sat_options_are_refused_by_the_ilp_back_ends(backend: str) -> None:
+    for options in ({"workers": 2}, {"workers": 1}, {"resolution": 2.0**10}, {"parameters": {}}):
+        with pytest.raises(ValueError, match=rf"{next(iter(options))} apply to backend='cpsat' only"):
+            TravellingSalesperson(4, backend, **options)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="workers, resolution apply"):
+        TravellingSalesperson(4, backend, workers=2, resolution=8.0)  # type: ignore[arg-type]
+    TravellingSalesperson(4, backend)  # type: ignore[arg-type]  # their defaults: nothing given
+
+
+def test_cp_sat_parameters_are_checked_when_the_oracle_is_made() -> None:
+    with pytest.raises(ValueError, match="'no_such_field' is not a field of CP-SAT's SatParameters"):
+        TravellingSalesperson(4, parameters={"no_such_field": 1})
+    with pytest.raises(ValueError, match=r"CP-SAT's linearization_level takes a int, got 'high' \(str\)"):
+        TravellingSalesperson(4, parameters={"linearization_level": "high"})
+    with pytest.raises(TypeError, match="parameters must be a dict"):
+        TravellingSalesperson(4, parameters=[("num_workers", 2)])  # type: ignore[arg-type]
+    tsp = TravellingSalesperson(4, parameters={"linearization_level": 0}, workers=2, resolution=2.0**10)
+    assert tsp.solve(np.array([1.0, 5.0, 1.0, 1.0, 5.0, 1.0])).tolist() == [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    from ortools.sat.python import cp_model
+
+    from imle_solvers import CPSATOracle
+
+    model = cp_model.CpModel()
+    x = [model.new_bool_var(f"x{i}") for i in range(3)]
+    with pytest.raises(ValueError, match="'max_time' is not a field"):
+        CPSATOracle(model, x, parameters={"max_time": 1.0})
+
+
+def test_the_stated_tolerance_holds_on_every_instance_and_half_of_it_does_not() -> None:
+    # R = 8 with max|c| = 8 rounds each arc's cost to a whole number; costs just below or above half-steps
+    # round as far as they can: the returned tour is within n·max|c|/R of the optimum on every instance
+    # (brute force over the 60 tours of 6 nodes), and the earlier bound, half of it, is exceeded on some
+    rng = np.random.default_rng(7)
+    tours = all_tours(6)
+    tsp = TravellingSalesperson(6, resolution=8.0)
+    ratios = []
+    for _ in range(200):
+        c = rng.integers(1, 4, size=15) + rng.choice([-1, 1], size=15) * 0.49
+        c[rng.integers(15)] = 8.0  # max|c| = 8: a step of 1
+        gap = float(tsp.solve(c) @ c) - float((tours @ c).min())
+        assert tsp.objective_tolerance(c) == 6.0  # n · max|c| / R
+        assert gap <= 6.0 + 1e-12
+        ratios.append(gap / 6.0)
+    assert max(ratios) > 0.5  # beyond n·max|c|/(2R): that bound was not true
 
 
 def test_time_limit_is_honoured() -> None:
@@ -193,7 +245,7 @@ def test_pickles_and_keeps_its_states() -> None:
 
 
 def test_the_resolution_bounds_the_tolerance_and_a_huge_one_is_capped() -> None:
-    # "the tour's cost is within n · max|c| / (2R) of the optimum": R = 4 rounds each cost to a quarter of
+    # "the tour's cost is within n · max|c| / R of the optimum": R = 4 rounds each cost to a quarter of
     # the largest; an R beyond what CP-SAT's int64 objective holds is capped, and the tours stay optimal
     rng = np.random.default_rng(11)
     tours = all_tours(6)
@@ -203,7 +255,7 @@ def test_the_resolution_bounds_the_tolerance_and_a_huge_one_is_capped() -> None:
         best = float((tours @ c).min())
         coarse = TravellingSalesperson(6, resolution=4.0)
         tolerance = coarse.objective_tolerance(c)
-        assert tolerance == 6 * float(np.abs(c).max()) / 8
+        assert tolerance == 6 * float(np.abs(c).max()) / 4
         assert float(coarse.solve(c) @ c) <= best + tolerance + 1e-12
         huge = TravellingSalesperson(6, resolution=1e30)
         assert huge.objective_tolerance(c) < 1e-12 * float(np.abs(c).max())

@@ -402,11 +402,13 @@ def test_torchrun_dash_m_imle_solvers_train(tmp_path: Path) -> None:
 def test_workers_and_a_dask_cluster_exclude_each_other() -> None:
     for workers in (1, 2):  # one pool process is a pool too
         with pytest.raises(ConfigError, match="--workers and --dask-address exclude each other"):
-            TrainConfig(workers=workers, dask_address="tcp://127.0.0.1:8786")
-    assert TrainConfig(dask_address="tcp://127.0.0.1:8786").workers == 0  # the cluster alone
+            TrainConfig(problem="knapsack", workers=workers, dask_address="tcp://127.0.0.1:8786")
+    assert (
+        TrainConfig(problem="knapsack", dask_address="tcp://127.0.0.1:8786").workers == 0
+    )  # the cluster alone
     for bad in ("", "tcp://host :8786"):
         with pytest.raises(ConfigError, match="dask_address must be a Dask scheduler address"):
-            TrainConfig(dask_address=bad)
+            TrainConfig(problem="knapsack", dask_address=bad)
 
 
 @pytest.mark.timeout(60)
@@ -419,6 +421,8 @@ def test_an_unreachable_dask_scheduler_stops_the_command_before_training(
         nowhere = ["--dask-address", "tcp://127.0.0.1:9"]  # port 9: nothing listens
         status = main(
             [
+                "--problem",
+                "knapsack",
                 "--method",
                 "two-stage",
                 "--n-train",

@@ -184,7 +184,7 @@ def test_on_a_gpu_auto_is_the_measured_fastest(monkeypatch: pytest.MonkeyPatch) 
     assert plan_of(problem="warcraft").step.cudnn_benchmark is True
     # eager where the step cannot be recorded, with the reason
     assert _step(problem="warcraft", oracle="host") == ("off", True, True, "host")
-    assert _step(problem="warcraft", workers=2) == ("off", True, True, "device")
+    assert _step(problem="warcraft", workers=2) == ("off", True, True, "host")  # a pool: the host oracles
     reason = plan_of(problem="warcraft", workers=2).step.reason
     assert (
         reason

@@ -197,9 +197,14 @@ def test_agree_names_the_first_setting_that_differs(monkeypatch: pytest.MonkeyPa
 
 
 def test_the_settings_a_process_may_choose_itself_are_not_compared() -> None:
-    one = TrainConfig(n_train=16, n_test=8, batch_size=8).plan()
+    base = {"problem": "knapsack", "oracle": "host", "n_train": 16, "n_test": 8, "batch_size": 8}
+    one = TrainConfig(**base).plan()  # type: ignore[arg-type]
     other = TrainConfig(
-        n_train=16, n_test=8, batch_size=8, threads=2, workers=1, show_progress=False, dist_timeout=60
+        **base,  # type: ignore[arg-type]
+        threads=2,
+        workers=1,
+        show_progress=False,
+        dist_timeout=60,
     ).plan()
     assert one.job_settings == other.job_settings
     assert not PROCESS_SETTINGS & (set(one.job_settings) - {"device"})
@@ -210,7 +215,7 @@ def test_the_settings_a_process_may_choose_itself_are_not_compared() -> None:
     ]
     assert on_gpu[0].job_settings == on_gpu[1].job_settings  # the device's type: each has its own GPU
     assert on_gpu[0].job_settings["device"] == "cuda"
-    assert one.job_settings != TrainConfig(n_train=16, n_test=8, batch_size=8, seeds=(1,)).plan().job_settings
+    assert one.job_settings != TrainConfig(**base, seeds=(1,)).plan().job_settings  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

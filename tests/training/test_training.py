@@ -781,7 +781,7 @@ def test_the_documented_defaults_of_train_are_pinned() -> None:
     images = {"lr": 5e-4, "epochs": 10, "samples": 1, "n_train": 10_000, "n_test": 1000, "eval_batch": 250}
     images |= {"bb_loss": "hamming", "dpo_samples": 10}
     assert DEFAULTS == {
-        "shortest-path": pyepo,
+        "shortest-path": pyepo | {"host_oracle": False},  # DAGShortestPath on every setting: no pool
         "knapsack": pyepo,
         "tsp": pyepo | {"native_on_cpu": False, "native_oracle": False},  # no device-native TSP oracle
         "terrain": images | {"batch_size": 35, "model": "terrain-cnn"},  # the blackbox paper's 12 × 12 runs
@@ -962,3 +962,50 @@ def test_run_hands_every_setting_to_training(noise: str, monkeypatch: pytest.Mon
     schedule = plan.schedule  # type: ignore[attr-defined]
     assert (schedule.epochs, schedule.batch_size, schedule.lr, schedule.lr_drops) == (2, 8, 0.05, (1,))
     assert plan.eval_batch == 7  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["--problem", "tsp", "--oracle", "device"],
+            "argument --oracle: problem 'tsp' has no device-native oracle",
+        ),
+        (
+            ["--problem", "tsp", "--size", "30"],
+            "argument --size: needs --problem terrain or --problem warcraft",
+        ),
+        (["--problem", "knapsack", "--size", "16"], "argument --size: needs --problem terrain"),
+        (["--problem", "terrain", "--deg", "4"], "argument --deg: needs --problem shortest-path or"),
+        (["--problem", "warcraft", "--noise-width", "0.1"], "argument --noise-width: needs --problem"),
+        (["--channels-last", "on"], "argument --channels-last: applies to the CNN models"),
+        (["--workers", "2"], "argument --workers: problem 'shortest-path' solves on torch"),
+        (
+            ["--problem", "knapsack", "--oracle", "device", "--workers", "2"],
+            "argument --workers: a solver pool",
+        ),
+        (
+            ["--problem", "terrain", "--oracle", "device", "--dask-address", "tcp://127.0.0.1:8786"],
+            "argument --dask-address: a solver pool solves the host oracles",
+        ),
+    ],
+)
+def test_a_setting_the_run_would_not_use_is_a_usage_error_before_any_work(
+    argv: list[str], said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imle_solvers import cli
+
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", *argv, "--out", str(out)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and said in err[0] and err[1].startswith("Try 'imle-solvers train --help'")
+    assert not out.exists()  # refused before --out is made
+
+
+def test_a_pool_makes_auto_pick_the_host_oracles_that_it_solves() -> None:
+    assert plan_of(problem="knapsack").oracle == "device"  # TorchKnapsack on the CPU
+    assert plan_of(problem="knapsack", workers=2).oracle == "host"  # the pool's CP-SAT
+    assert plan_of(problem="knapsack", oracle="host", workers=2).oracle == "host"
+    assert plan_of(problem="terrain", channels_last="off").oracle == "host"  # accepted: off applies anywhere

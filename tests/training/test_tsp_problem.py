@@ -143,3 +143,24 @@ def test_every_method_of_train_runs_on_tsp(tmp_path: Path) -> None:
     runs = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert [r["method"] for r in runs] == list(METHODS)
     assert all(np.isfinite(r["regret"]) for r in runs)
+
+
+def test_the_number_of_nodes_has_a_documented_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imle_solvers.adapters.graphs.tsp import NODES_MAX
+
+    assert TrainConfig(problem="tsp", nodes=NODES_MAX).nodes == NODES_MAX
+    with pytest.raises(ConfigError, match=f"at most {NODES_MAX}"):
+        TrainConfig(problem="tsp", nodes=NODES_MAX + 1)
+    from imle_solvers import cli
+
+    out = tmp_path / "big"
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["train", "--problem", "tsp", "--nodes", "100000", "--out", str(out)])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[0].endswith(
+        "argument --nodes: must be at most 1000 (the largest tour an oracle builds), got 100000"
+    )
+    assert not out.exists()  # refused before any work

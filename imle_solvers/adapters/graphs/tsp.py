@@ -25,7 +25,12 @@ from ...oracle import MapOracle
 from ..ilp._engine import EngineOracle, Outcome, check_single
 from ..ilp.cpsat import _MAX_OBJECTIVE, CpsatEngine, CPSATOracle
 
-__all__ = ["TravellingSalesperson", "tsp_edges", "tsp_ilp"]
+__all__ = ["NODES_MAX", "TravellingSalesperson", "tsp_edges", "tsp_ilp"]
+
+NODES_MAX = 1000
+"""The most nodes a tour oracle takes: 499,500 edge weights and a model of 999,000 arcs. Exact solvers
+need minutes or more for one tour long before this size; the bound refuses a size that could not even be
+built (10⁶ nodes would hold 5·10¹¹ weights)."""
 
 Backend = Literal["cpsat", "highs", "cbc"]
 Formulation = Literal["flow", "mtz"]
@@ -42,7 +47,10 @@ def tsp_edges(n_nodes: int) -> list[tuple[int, int]]:
 
 
 def _nodes(n_nodes: Any) -> int:
-    return integer_at_least("n_nodes", int(n_nodes) if isinstance(n_nodes, np.integer) else n_nodes, 3)
+    n = integer_at_least("n_nodes", int(n_nodes) if isinstance(n_nodes, np.integer) else n_nodes, 3)
+    if n > NODES_MAX:
+        raise ValueError(f"n_nodes must be at most {NODES_MAX} (NODES_MAX), got {n}")
+    return n
 
 
 class _CircuitOracle(EngineOracle):
@@ -110,7 +118,7 @@ class TravellingSalesperson(MapOracle):
     Parameters
     ----------
     n_nodes
-        ``n ≥ 3``, the number of nodes (``m = n (n − 1) / 2`` weights).
+        ``3 ≤ n ≤`` `NODES_MAX`, the number of nodes (``m = n (n − 1) / 2`` weights).
     backend
         ``"cpsat"`` (default): OR-Tools CP-SAT on its circuit constraint, each edge's cost on both of its
         arcs; one model per thread, built once, each call rewrites the objective coefficients. ``"highs"``
@@ -130,13 +138,16 @@ class TravellingSalesperson(MapOracle):
         tour.
     workers
         CP-SAT search workers per solve (default 1: a [`SolverPool`][imle_solvers.SolverPool] parallelises
-        across instances instead).
+        across instances instead). ``"cpsat"`` only.
     resolution
-        CP-SAT's integer scaling ``R`` of the costs (see [`CPSATOracle`][imle_solvers.CPSATOracle]): the
-        tour's cost is within ``n · max|c| / (2R)`` of the optimum.
+        CP-SAT's integer scaling ``R`` of the costs (default ``2**20``; see
+        [`CPSATOracle`][imle_solvers.CPSATOracle]): each arc's cost is rounded to a multiple of
+        ``max|c| / R``, so the tour's cost is within ``n · max|c| / R`` of the optimum (each of the ``n``
+        arcs of the returned tour and of an optimal one is off by at most half a step). ``"cpsat"`` only.
     parameters
         CP-SAT ``SatParameters`` fields over this oracle's defaults (those of
-        [`CPSATOracle`][imle_solvers.CPSATOracle] and ``linearization_level=2``).
+        [`CPSATOracle`][imle_solvers.CPSATOracle] and ``linearization_level=2``), checked when the oracle
+        is made. ``"cpsat"`` only: the ILP back ends refuse ``workers``, ``resolution`` and ``parameters``.
 
     Attributes
     ----------
@@ -185,8 +196,8 @@ class TravellingSalesperson(MapOracle):
         formulation: Formulation = "flow",
         time_limit: float | None = 60.0,
         strict: bool = False,
-        workers: int = 1,
-        resolution: float = 2**20,
+        workers: int | None = None,
+        resolution: float | None = None,
         parameters: dict[str, Any] | None = None,
     ) -> None:
         n = _nodes(n_nodes)
@@ -194,8 +205,15 @@ class TravellingSalesperson(MapOracle):
         one_of("formulation", formulation, ("flow", "mtz"))
         if time_limit is not None:
             positive("time_limit", time_limit)  # seconds
-        positive_int("workers", workers)
-        positive("resolution", resolution)
+        if backend != "cpsat":
+            given = {"workers": workers, "resolution": resolution, "parameters": parameters}
+            taken = [name for name, value in given.items() if value is not None]
+            if taken:
+                raise ValueError(f"{', '.join(taken)} apply to backend='cpsat' only, got backend={backend!r}")
+        workers = positive_int("workers", 1 if workers is None else workers)
+        resolution = positive("resolution", 2**20 if resolution is None else resolution)
+        if parameters is not None and not isinstance(parameters, dict):
+            raise TypeError(f"parameters must be a dict of CP-SAT fields, got {type(parameters).__name__}")
         self.n_nodes = n
         self.backend = backend
         self.formulation = formulation
@@ -247,10 +265,11 @@ class TravellingSalesperson(MapOracle):
         return order
 
     def objective_tolerance(self, weights: np.ndarray) -> float:
-        """How far from the optimum a returned tour may be (weights' units): ``n · max|c| / (2R)`` on CP-SAT
-        (integer scaling); ``10⁻⁶`` for the ILP back ends (the MIP solvers' absolute optimality gap)."""
+        """How far from the optimum a returned tour may be (weights' units): ``n · max|c| / R`` on CP-SAT
+        (each arc's cost is rounded by at most half of ``max|c| / R``, on the ``n`` arcs of the returned tour
+        and of an optimal one); ``10⁻⁶`` for the ILP back ends (the MIP solvers' absolute optimality gap)."""
         if isinstance(self.oracle, _CircuitOracle):
-            return self.n_nodes * float(np.max(np.abs(weights))) / (2 * self.oracle.resolution)
+            return self.n_nodes * float(np.max(np.abs(weights))) / self.oracle.resolution
         return 1e-6
 
     def __repr__(self) -> str:

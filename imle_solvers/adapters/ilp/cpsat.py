@@ -23,11 +23,29 @@ from ._check import FeasibilityCheck
 from ._engine import EngineOracle, Outcome, check_single
 from ._linear import SMALL, LinearForm
 
-__all__ = ["CPSATOracle", "CpsatEngine"]
+__all__ = ["CPSATOracle", "CpsatEngine", "check_parameters"]
 
 _MAX_OBJECTIVE = 2.0**60  # |Σ q_i z_i| must stay well inside int64 for CP-SAT's objective domain
 _MAX_BOUND = 2**53  # variable bounds: integers a float holds exactly
 _MAX_ACTIVITY = 2**62  # Σ_j |a_ij| · max|x_j| of a row: CP-SAT rejects a row that could overflow int64
+
+
+def check_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """``parameters`` if every key is a field of CP-SAT's ``SatParameters`` taking its value; else a
+    ``ValueError`` naming the field, when the oracle is made (not at its first solve, on a pool's worker)."""
+    cmh = require("ortools.sat.python.cp_model_helper", "cpsat")
+    probe = cmh.SatParameters()  # type: ignore[attr-defined]
+    for key, value in parameters.items():
+        if not isinstance(key, str) or not hasattr(probe, key):
+            raise ValueError(f"parameters: {key!r} is not a field of CP-SAT's SatParameters")
+        try:
+            setattr(probe, key, value)
+        except (TypeError, ValueError) as exc:
+            kind = type(getattr(probe, key)).__name__
+            raise ValueError(
+                f"parameters: CP-SAT's {key} takes a {kind}, got {value!r} ({type(value).__name__})"
+            ) from exc
+    return dict(parameters)
 
 
 class CpsatEngine:
@@ -69,7 +87,7 @@ class CpsatEngine:
         self.time_limit = time_limit
         self.workers = workers
         self.hint = hint
-        self.parameters = parameters
+        self.parameters = check_parameters(parameters)  # here, not at the first solve on a worker
         self._indices = np.asarray(indices, dtype=np.int64)
         self._index_list: list[int] = list(indices)
         self.every_column = False
