@@ -7,8 +7,8 @@
 # layer in 15 lines, then the same epoch with a process pool and with a Dask cluster, and what each
 # costs. Open it as a notebook (about two minutes on 2 cores; `IMLE_SOLVERS_TUTORIAL_QUICK=1`: seconds).
 # As a plain script, Python's process workers would re-read it (the reason scripts with process pools
-# need a `__name__` guard, which notebook cells do not have): run it with
-# `python -c "import runpy; runpy.run_path('examples/tutorial_tsp.py')"` instead.
+# need a `__name__` guard, which notebook cells do not have): the library's pool starts its workers
+# without re-running a script that has no guard, so `python examples/tutorial_tsp.py` works too.
 #
 # One run on a 2-core machine shared with other jobs (12 nodes, 128 instances, S = 10, batch 32): 29.7 s
 # per epoch in the training process, 16.2 s on 2 worker processes (1.84×), 19.3 s on a 2-worker Dask
@@ -85,17 +85,13 @@ print(f"one epoch on 2 worker processes: {seconds['process pool, 2 workers']:.2f
 # %% [markdown]
 # ## The same epoch on a Dask cluster
 #
-# A Dask cluster spreads the same batches over its workers, on this machine or on many; here a
-# `LocalCluster` of two worker processes stands in for a real one (`dask scheduler` and `dask worker`
-# programs: pass the scheduler's address, as `imle-solvers train --problem tsp --dask-address tcp://host:8786` does).
+# A Dask cluster spreads the same batches over its workers, on this machine or on many. Without an
+# address, `SolverPool(backend="dask")` starts a local cluster of `workers` processes, standing in for a
+# real one (`dask scheduler` and `dask worker` programs: pass the scheduler's address as `dask_address=`,
+# as `imle-solvers train --problem tsp --dask-address tcp://host:8786` does).
 
 # %%
-from dask.distributed import LocalCluster  # noqa: E402 - the cell that needs it
-
-with (
-    LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
-    SolverPool(backend="dask", dask_address=cluster.scheduler_address) as pool,
-):
+with SolverPool(2, backend="dask") as pool:
     pool.solve_batch(oracle, train.costs[:4].double().numpy())  # the oracle reaches the workers
     seconds["Dask, 2 workers"], _ = epoch(IMLE(oracle, samples=SAMPLES, pool=pool))
 print(f"one epoch on a 2-worker Dask cluster: {seconds['Dask, 2 workers']:.2f} s")

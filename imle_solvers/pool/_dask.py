@@ -100,13 +100,16 @@ class DaskRunner:
                 if self._address is not None:
                     self._client = distributed.Client(self._address)
                 else:
-                    self._cluster = distributed.LocalCluster(
-                        n_workers=self._workers or 2,
-                        threads_per_worker=1,
-                        processes=True,
-                        dashboard_address=None,
-                        env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
-                    )
+                    from ._worker_process import script_kept_from_workers
+
+                    with script_kept_from_workers():  # its workers do not re-run an unguarded script
+                        self._cluster = distributed.LocalCluster(
+                            n_workers=self._workers or 2,
+                            threads_per_worker=1,
+                            processes=True,
+                            dashboard_address=None,
+                            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+                        )
                     self._client = distributed.Client(self._cluster)
             except OSError as exc:
                 self._drop_client()

@@ -146,7 +146,13 @@ def worker_main(conn: Any, threads: int, caller: int | None = None) -> None:
             try:
                 oracles[token] = pickle.loads(blob)
             except Exception as exc:  # reported on the first solve that needs it
-                oracles[token] = portable(failure_of(exc, (), where + ", unpickling the oracle"))
+                context = where + ", unpickling the oracle"
+                if isinstance(exc, AttributeError) and "__main__" in str(exc):
+                    context += (
+                        "; its class is defined in __main__, which the workers do not import (a notebook, or "
+                        "a script without an `if __name__ == '__main__':` guard): define it in a module"
+                    )
+                oracles[token] = portable(failure_of(exc, (), context))
         elif kind == "forget":
             oracles.pop(msg[1], None)
         elif kind == "solve":

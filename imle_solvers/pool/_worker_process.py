@@ -6,11 +6,14 @@ What runs *inside* a worker is in `_worker.py`; scheduling chunks over the worke
 
 from __future__ import annotations
 
+import ast
 import collections
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +21,14 @@ from typing import Any
 
 from ._worker import THREAD_ENV_VARS, worker_main
 
-__all__ = ["Chunk", "WorkerProcess", "kill_worker", "shutdown_workers", "spawn_worker"]
+__all__ = [
+    "Chunk",
+    "WorkerProcess",
+    "kill_worker",
+    "script_kept_from_workers",
+    "shutdown_workers",
+    "spawn_worker",
+]
 
 _ENV_LOCK = threading.Lock()
 
@@ -37,6 +47,56 @@ def _child_env(threads: int) -> Iterator[None]:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    """Whether ``test`` is ``__name__ == "__main__"`` (either way round)."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = {s.id for s in sides if isinstance(s, ast.Name)}
+    texts = {s.value for s in sides if isinstance(s, ast.Constant)}
+    return names == {"__name__"} and texts == {"__main__"}
+
+
+@functools.lru_cache(maxsize=8)
+def _unguarded(path: str, mtime: float) -> bool:
+    """Whether the script at ``path`` has no ``if __name__ == "__main__":`` block at its top level."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False  # unreadable: leave it to multiprocessing
+    return not any(isinstance(node, ast.If) and _is_main_test(node.test) for node in tree.body)
+
+
+@contextlib.contextmanager
+def script_kept_from_workers() -> Iterator[None]:
+    """Start a worker without re-running a main script that has no ``__name__`` guard.
+
+    A ``spawn`` or ``forkserver`` child runs the parent's main *script* again (as ``__mp_main__``) before
+    its target, so that objects defined there unpickle. A script without the guard — a tutorial run as
+    ``python tutorial.py``, a notebook exported to a file — would then train again and start pools again
+    in every worker, and the workers die while starting. The library's workers need nothing from the
+    script but the oracles they are sent: for such a script the child is started as if the main module had
+    no file (a notebook's case), and an oracle class defined in the script itself then cannot be sent.
+    Scripts with the guard, and ``python -m`` modules, are left as multiprocessing starts them. The pool's
+    own Dask ``LocalCluster`` starts its worker processes under the same rule.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    hide = False
+    if main is not None and isinstance(path, str) and getattr(main, "__spec__", None) is None:
+        with contextlib.suppress(OSError):
+            hide = _unguarded(os.path.abspath(path), os.path.getmtime(path))
+    if not hide:
+        yield
+        return
+    main.__file__ = None  # type: ignore[union-attr]  # multiprocessing's spawn skips a main without a file
+    try:
+        yield
+    finally:
+        main.__file__ = path  # type: ignore[union-attr]
 
 
 @dataclasses.dataclass
@@ -82,7 +142,7 @@ def spawn_worker(ctx: Any, threads: int, target: Callable[..., None] = worker_ma
         daemon=True,
         name="imle-solvers-worker",
     )
-    with _child_env(threads):
+    with _child_env(threads), script_kept_from_workers():
         proc.start()
     child.close()
     return WorkerProcess(proc, parent)
