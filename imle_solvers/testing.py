@@ -17,10 +17,12 @@ Without ``states`` or ``brute_force`` optimality is still checked against what t
 returns: every returned state is feasible, so the state returned for a row must score at least as well,
 under that row's weights, as the states returned for every other row, for the negated weights, and for
 probes that make one variable at a time far more and far less attractive than the others. An oracle
-that minimises while it declares ``"max"``, one that answers at random, or one that ignores (some of)
-its weights fails this; one that returns the same state for every weight vector, opposite ones
-included, fails too. What this cannot see (a better state that the oracle never returns) is said in a
-`UserWarning` and in the returned [`ContractReport`][imle_solvers.testing.ContractReport].
+that minimises while it declares ``"max"``, one that answers at random, or one that returns the same
+state for every weight vector, opposite ones included, fails this; so does one that ignores some of its
+weights wherever its other states show the choice it missed. What this cannot see (a better state that
+the oracle never returns, a variable that no returned state uses) is not a failure: it is said in a
+`UserWarning` and in the returned [`ContractReport`][imle_solvers.testing.ContractReport]. Every
+failure names the oracle and the row (or the probe) it concerns.
 """
 
 from __future__ import annotations
@@ -71,6 +73,11 @@ def _fail(oracle: MapOracle, what: str) -> AssertionError:
     return AssertionError(f"{oracle!r} breaks the MapOracle contract: {what}")
 
 
+def _first_row(a: np.ndarray, b: np.ndarray) -> int:
+    """The first row where two arrays of the same shape differ."""
+    return int(np.flatnonzero((np.asarray(a) != np.asarray(b)).reshape(len(a), -1).any(axis=1))[0])
+
+
 def _tied(weights: np.ndarray) -> np.ndarray:
     """Rows with ties, at the scale and sign pattern of ``weights``: ``(T, m)``.
 
@@ -87,22 +94,33 @@ def _has_ties(w: np.ndarray) -> bool:
     return len(np.unique(w)) < len(w)
 
 
-def _solve_tolerant(oracle: MapOracle, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _solve_tolerant(
+    oracle: MapOracle, weights: np.ndarray, what: str = "row"
+) -> tuple[np.ndarray, np.ndarray]:
     """``(solved rows, their states)``: the batch at once, else row by row; rows the oracle refuses with
-    a typed error (negative costs, negative cycles: allowed by the contract) are left out."""
+    a typed error (negative costs, negative cycles: allowed by the contract) are left out. A state of the
+    wrong shape fails, naming the oracle and the ``what`` row it answered."""
+    m = weights.shape[1]
     try:
-        return np.arange(len(weights)), np.asarray(oracle.solve_batch(weights))
+        batch = np.asarray(oracle.solve_batch(weights))
     except ImleSolversError:
         pass
+    else:
+        if batch.shape != weights.shape:
+            raise _fail(oracle, f"solve_batch returned shape {batch.shape} for the {what}s {weights.shape}")
+        return np.arange(len(weights)), batch
     kept, states = [], []
     for i, w in enumerate(weights):
         try:
-            states.append(np.asarray(oracle.solve(w.copy())))
+            z = np.asarray(oracle.solve(w.copy()))
         except ImleSolversError:
             continue
+        if z.shape != (m,):
+            raise _fail(oracle, f"{what} {i}: solve returned shape {z.shape}, expected ({m},)")
+        states.append(z)
         kept.append(i)
     if not kept:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, weights.shape[1]))
+        return np.zeros(0, dtype=np.int64), np.zeros((0, m))
     return np.array(kept), np.stack(states)
 
 
@@ -152,10 +170,10 @@ def _check_against_own_states(
     under that row's weights, among all the states the oracle returned. Returns the rows checked and
     the distinct states seen."""
     names = [f"row {i}" for i in range(len(batch))]
-    solved, negated = _solve_tolerant(oracle, -weights)  # the opposite extremes
+    solved, negated = _solve_tolerant(oracle, -weights, "negated row")  # the opposite extremes
     names += [f"the negated row {i}" for i in solved.tolist()]
     probe_weights, probe_names = _probes(weights, rng)
-    solved, probe_states = _solve_tolerant(oracle, probe_weights)
+    solved, probe_states = _solve_tolerant(oracle, probe_weights, "probe row")
     probe_weights = probe_weights[solved]
     names += [probe_names[i] for i in solved.tolist()]
     rows = np.concatenate([weights, probe_weights])  # the rows whose state is checked   [B + P, m]
@@ -255,11 +273,12 @@ def assert_oracle_contract(
     original = weights.copy()
     batch = np.asarray(oracle.solve_batch(weights))
     if not np.array_equal(weights, original):
-        raise _fail(oracle, "solve_batch modified its input")
+        raise _fail(oracle, f"row {_first_row(weights, original)}: solve_batch modified its input")
     if batch.shape != weights.shape:
         raise _fail(oracle, f"solve_batch returned shape {batch.shape} for weights {weights.shape}")
     if not np.isfinite(batch).all():
-        raise _fail(oracle, "solve_batch returned non-finite states")
+        rows = np.flatnonzero(~np.isfinite(batch).all(axis=1))
+        raise _fail(oracle, f"row {int(rows[0])}: solve_batch returned a non-finite state")
     sign = 1.0 if oracle.sense == "max" else -1.0
     for i, w in enumerate(weights):
         row = w.copy()
@@ -267,7 +286,7 @@ def assert_oracle_contract(
         if not np.array_equal(row, w):
             raise _fail(oracle, f"solve modified its input (row {i})")
         if z.shape != (m,):
-            raise _fail(oracle, f"solve returned shape {z.shape}, expected ({m},)")
+            raise _fail(oracle, f"row {i}: solve returned shape {z.shape}, expected ({m},)")
         for _ in range(_REPEATS):
             again = np.asarray(oracle.solve(w.copy()))
             if not np.array_equal(z, again):
@@ -298,8 +317,10 @@ def assert_oracle_contract(
             "and one-variable probes included): it ignores its weights, unless its problem has a single "
             "feasible state (then pass states=[that state])",
         )
-    if not np.array_equal(np.asarray(oracle.solve_batch(weights.copy())), batch):
-        raise _fail(oracle, "solve_batch is not deterministic (the same batch gave other states)")
+    again = np.asarray(oracle.solve_batch(weights.copy()))
+    if not np.array_equal(again, batch):
+        where = f"row {_first_row(again, batch)}: " if again.shape == batch.shape else ""
+        raise _fail(oracle, f"{where}solve_batch is not deterministic (the same batch gave other states)")
 
     bad = weights[:3].copy()
     bad[1, 0] = np.nan
@@ -309,7 +330,7 @@ def assert_oracle_contract(
         if 1 not in err.rows:
             raise _fail(oracle, f"a NaN in row 1 raised InvalidWeightsError naming rows {err.rows}") from None
     else:
-        raise _fail(oracle, "a NaN weight did not raise InvalidWeightsError")
+        raise _fail(oracle, "row 1: a NaN weight did not raise InvalidWeightsError")
     try:
         oracle.solve_batch(np.zeros((2, m + 1)))
     except InvalidWeightsError:
@@ -323,13 +344,15 @@ def assert_oracle_contract(
             before = tw.clone()
             tz = oracle.solve_torch(tw)
             if not torch.equal(tw, before):
-                raise _fail(oracle, "solve_torch modified its input")
+                raise _fail(
+                    oracle, f"row {_first_row(tw.numpy(), before.numpy())}: solve_torch modified its input"
+                )
             if tz.dtype != dtype or tz.shape != tw.shape:
                 got, given = f"{tz.dtype} {tuple(tz.shape)}", f"{dtype} {tuple(tw.shape)}"
                 raise _fail(oracle, f"solve_torch returned {got} for {given}")
         z64 = oracle.solve_torch(torch.as_tensor(weights)).numpy()
         if not np.array_equal(z64, batch):
-            raise _fail(oracle, "solve_torch and solve_batch disagree")
+            raise _fail(oracle, f"row {_first_row(z64, batch)}: solve_torch and solve_batch disagree")
     if picklable:
         try:
             copy = pickle.loads(pickle.dumps(oracle))
@@ -339,8 +362,10 @@ def assert_oracle_contract(
                 f"it does not pickle ({type(exc).__name__}: {exc}); pass picklable=False "
                 "if it is only used in-process or on threads",
             ) from exc
-        if not np.array_equal(np.asarray(copy.solve_batch(weights)), batch):
-            raise _fail(oracle, "a pickled copy gives other states")
+        theirs = np.asarray(copy.solve_batch(weights))
+        if not np.array_equal(theirs, batch):
+            where = f"row {_first_row(theirs, batch)}: " if theirs.shape == batch.shape else ""
+            raise _fail(oracle, f"{where}a pickled copy gives other states")
 
     unchecked: list[str] = []
     if not reference:

@@ -528,3 +528,78 @@ def test_solve_torch_must_keep_its_input_and_the_weights_dtype() -> None:
         AssertionError, match=r"solve_torch returned torch.float64 \(\d+, 3\) for torch.float32"
     ):
         assert_oracle_contract(_ReturnsFloat64(), states=np.eye(3), picklable=False)
+
+
+class _Shapes(MapOracle):
+    """argmax over 4 variables; ``mode`` breaks the shape of its states in one place."""
+
+    sense = "max"
+    n_vars = 4
+    expected_nonzeros = 1.0
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def solve(self, weights: np.ndarray) -> np.ndarray:
+        z = np.eye(4)[int(np.argmax(weights))]
+        return z[:3] if self.mode == "solve" else z
+
+    def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+        weights = self.validate(weights)
+        out = np.stack([np.eye(4)[int(np.argmax(w))] for w in weights])
+        if self.mode == "small-batches" and len(weights) < 40:  # the probes' and negations' batches
+            return out[:, :3]
+        return out
+
+    def __repr__(self) -> str:
+        return f"Shapes({self.mode})"
+
+
+@pytest.mark.parametrize(
+    ("mode", "message"),
+    [
+        ("solve", r"^Shapes\(solve\) breaks the MapOracle contract: row 0: solve returned shape \(3,\)"),
+        (
+            "small-batches",
+            r"^Shapes\(small-batches\) breaks the MapOracle contract: solve_batch returned shape \(\d+, 3\) "
+            r"for the (probe|negated) rows",
+        ),
+    ],
+)
+def test_a_state_of_the_wrong_shape_names_the_oracle_and_the_rows(mode: str, message: str) -> None:
+    with pytest.raises(AssertionError, match=message):
+        assert_oracle_contract(_Shapes(mode), picklable=False)
+
+
+def test_every_failure_names_a_row_where_a_row_is_at_fault() -> None:
+    class Drifts(_Shapes):
+        calls = 0
+
+        def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+            out = super().solve_batch(weights)
+            type(self).calls += 1
+            if type(self).calls > 3 and len(out) > 40:  # the repeated whole batch: row 5 changes
+                out = out.copy()
+                out[5] = np.roll(out[5], 1)
+            return out
+
+    with pytest.raises(AssertionError, match=r"row 5: solve_batch is not deterministic"):
+        assert_oracle_contract(Drifts("ok"), picklable=False)
+
+
+def test_a_variable_no_returned_state_uses_is_reported_not_failed() -> None:
+    # argmax over the first three of four variables: variable 3 is never used, even under a large weight
+    # on it. Without a reference that looks like a problem where no feasible state uses it (documented:
+    # a warning and the report's unchecked list); with the states of the real problem it fails
+    class FirstThree(_Shapes):
+        def solve(self, weights: np.ndarray) -> np.ndarray:
+            return np.eye(4)[int(np.argmax(weights[:3]))]
+
+        def solve_batch(self, weights: np.ndarray) -> np.ndarray:
+            return np.stack([self.solve(w) for w in self.validate(weights)])
+
+    with pytest.warns(UserWarning, match="variables 3 were 0 in every returned state"):
+        report = assert_oracle_contract(FirstThree("ok"), picklable=False)
+    assert any("variables 3" in u for u in report.unchecked) and not report.reference
+    with pytest.raises(AssertionError, match=r"row \d+: objective"):
+        assert_oracle_contract(FirstThree("ok"), states=np.eye(4), picklable=False)
