@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import signal
@@ -271,7 +272,9 @@ def test_time_limit_without_a_feasible_state(backend: str) -> None:
 def test_time_limit_with_unproven_state(backend: str) -> None:
     A = independent_set()
     n = A.shape[1]
-    kwargs = {"A_ub": A, "b_ub": np.ones(len(A)), "sense": "max", "backend": backend, "time_limit": 0.3}
+    # proving this optimal takes minutes; finding z = 0 or better takes milliseconds, given a second even
+    # on a loaded machine (0.3 s was too little for CBC's process start there)
+    kwargs = {"A_ub": A, "b_ub": np.ones(len(A)), "sense": "max", "backend": backend, "time_limit": 1.0}
     with pytest.warns(RuntimeWarning, match="not proven optimal"):
         z = ILP(n, **kwargs).solve(np.ones(n))  # type: ignore[arg-type]
     assert (A @ z <= 1).all()
@@ -664,3 +667,35 @@ def test_cpsat_ties_do_not_depend_on_the_previous_call() -> None:
         hinted.solve(w)
         answers.add(tuple(hinted.solve(tie).tolist()))
     assert len(answers) > 1
+
+
+@pytest.mark.parametrize("backend", ["cpsat", "highs", "cbc"])
+@pytest.mark.parametrize("scale", [1e-300, 1e-12, 1e15, 1e18, 1e20, 1e300])
+def test_weights_of_any_finite_size_give_the_optimum_of_their_shape(backend: str, scale: float) -> None:
+    # a 2-dimensional knapsack and a cover: the optimum of c·scale is the optimum of c (exact power-of-two
+    # scaling of the objective; HiGHS took 1e20 as infinite and CBC failed from about 1e15 without it)
+    rng = np.random.default_rng(3)
+    A = rng.integers(1, 6, size=(2, 7)).astype(float)
+    oracle = ILP(7, A_ub=A, b_ub=A.sum(axis=1) / 2, sense="max", backend=backend)  # type: ignore[arg-type]
+    states = np.array(list(itertools.product([0.0, 1.0], repeat=7)))
+    feasible = states[(states @ A.T <= A.sum(axis=1) / 2 + 1e-9).all(axis=1)]
+    for _ in range(4):
+        w = rng.uniform(-1.0, 2.0, size=7)
+        best = float((feasible @ w).max())
+        z = oracle.solve(w * scale)
+        assert float(z @ w) >= best - 1e-6 * float(np.abs(w).max())
+        assert bool(((feasible - z) == 0).all(axis=1).any())  # a feasible state
+
+
+def test_the_scaling_is_an_exact_power_of_two() -> None:
+    from imle_solvers.adapters.ilp._engine import scaled_costs
+
+    for top in (1e-300, 3.0, 2.0**40, 1e300, 1.7e308):
+        c = np.array([top, -top / 3, 0.0, top * 2.0**-60])
+        s = scaled_costs(c)
+        assert 0.5 <= float(np.abs(s).max()) < 1.0
+        (m_c, e_c), (m_s, e_s) = np.frexp(c), np.frexp(s)
+        np.testing.assert_array_equal(m_s, m_c)  # the same mantissas: a power of two, nothing rounded
+        nonzero = c != 0
+        assert len(set((e_c - e_s)[nonzero].tolist())) == 1  # one exponent shift for every entry
+    np.testing.assert_array_equal(scaled_costs(np.zeros(3)), np.zeros(3))

@@ -304,3 +304,19 @@ def test_two_cheap_triangles_are_no_tour(backend: str, formulation: str) -> None
     z = tsp.solve_batch(c)
     for state, row in zip(z, c):
         assert len(tsp.tour(state)) == 6 and float(state @ row) == 20.0
+
+
+@pytest.mark.parametrize(("backend", "formulation"), BACKENDS)
+@pytest.mark.parametrize("scale", [1e15, 1e18, 1e20, 1e300])
+def test_huge_finite_costs_give_the_shortest_tour_on_every_back_end(
+    backend: str, formulation: str, scale: float
+) -> None:
+    # the ILP back ends once returned longer tours (HiGHS+MTZ near 1e18), failed (HiGHS from 1e20) or called
+    # the tour problem unbounded (CBC from 1e15): the objective is scaled exactly before it reaches them
+    rng = np.random.default_rng(8)
+    tours = all_tours(6)
+    tsp = TravellingSalesperson(6, backend, formulation=formulation)  # type: ignore[arg-type]
+    for _ in range(3):
+        c = rng.uniform(0.5, 1.5, size=15) * scale
+        best = float((tours @ c).min())
+        assert float(tsp.solve(c) @ c) <= best + tsp.objective_tolerance(c) + 1e-12 * best

@@ -267,10 +267,13 @@ class TravellingSalesperson(MapOracle):
     def objective_tolerance(self, weights: np.ndarray) -> float:
         """How far from the optimum a returned tour may be (weights' units): ``n · max|c| / R`` on CP-SAT
         (each arc's cost is rounded by at most half of ``max|c| / R``, on the ``n`` arcs of the returned tour
-        and of an optimal one); ``10⁻⁶`` for the ILP back ends (the MIP solvers' absolute optimality gap)."""
+        and of an optimal one); ``2·10⁻⁶ · max|c|`` for the ILP back ends (the MIP solvers' absolute gap of
+        10⁻⁶ on the objective scaled to ``max|c| ∈ [1/2, 1)``, see
+        [`ILP`][imle_solvers.ILP])."""
+        top = float(np.max(np.abs(weights)))
         if isinstance(self.oracle, _CircuitOracle):
-            return self.n_nodes * float(np.max(np.abs(weights))) / self.oracle.resolution
-        return 1e-6
+            return self.n_nodes * top / self.oracle.resolution
+        return 2e-6 * top
 
     def __repr__(self) -> str:
         extra = "" if self.backend == "cpsat" else f", formulation={self.formulation!r}"

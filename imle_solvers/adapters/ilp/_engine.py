@@ -28,7 +28,7 @@ from ...oracle import MapOracle
 from ._check import FeasibilityCheck
 from ._linear import SMALL
 
-__all__ = ["Engine", "EngineOracle", "Outcome", "Status", "check_single"]
+__all__ = ["Engine", "EngineOracle", "Outcome", "Status", "check_single", "scaled_costs"]
 
 Status = Literal["optimal", "feasible", "infeasible", "unbounded", "timeout", "error"]
 """How a solve ended: ``"feasible"`` is a state found at the time limit, not proven optimal;
@@ -81,6 +81,19 @@ def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:
     return w
 
 
+def scaled_costs(costs: np.ndarray) -> np.ndarray:
+    """``costs · 2^-e`` with ``e`` the binary exponent of ``max|c|``, so that the largest cost lies in
+    ``[1/2, 1)``: exact (a power of two only moves the exponents) and the same optimum, while a MIP solver
+    sees costs of the size its tolerances are made for. HiGHS takes costs from 10²⁰ as infinite and CBC
+    reports numerical trouble or unboundedness from about 10¹⁵; a solver's absolute optimality gap of
+    ``δ`` on the scaled objective is a gap of at most ``2δ·max|c|`` on the given one.  ``(m,)``"""
+    top = float(np.max(np.abs(costs))) if costs.size else 0.0
+    if top == 0.0:
+        return costs
+    _, exponent = math.frexp(top)  # top = f · 2^exponent, f ∈ [1/2, 1)
+    return np.ldexp(costs, -exponent)
+
+
 class EngineOracle(MapOracle):
     """A [`MapOracle`][imle_solvers.MapOracle] over an `Engine`: weights → costs → `Outcome` → state.
 
@@ -101,7 +114,7 @@ class EngineOracle(MapOracle):
         """Solve one ``(m,)`` instance (weights in `sense`, negative ones included)."""
         w = check_single(weights, self.n_vars, self.label)
         costs = w if self.sense == "min" else -w  # always minimise c   [m]
-        return self._state(self._engine.solve(costs))
+        return self._state(self._engine.solve(scaled_costs(costs)))
 
     def _state(self, outcome: Outcome) -> np.ndarray:
         """The checked state of a solved outcome, or the typed error of any other."""

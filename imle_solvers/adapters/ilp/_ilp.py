@@ -92,7 +92,11 @@ class ILP(MapOracle):
     [`InvalidSolutionError`][imle_solvers.errors.InvalidSolutionError] instead of returning it. Ctrl-C
     during a solve on the main thread raises ``KeyboardInterrupt`` at once on every back end.
 
-    Negative weights are fine. On CP-SAT, float weights are scaled to integers: the state is optimal up
+    Negative weights are fine, and so are weights of any finite size: every back end is handed the
+    weights times a power of two that brings the largest to ``[1/2, 1)`` (exact; the same optimum), so that
+    HiGHS (which takes costs from 10²⁰ as infinite) and CBC (numerical trouble from about 10¹⁵) see the
+    costs their tolerances are made for; their absolute optimality gap of 10⁻⁶ on that scale is at most
+    ``2·10⁻⁶ · max|w|`` on yours. On CP-SAT, float weights are scaled to integers: the state is optimal up
     to ``CPSATOracle.objective_tolerance`` (``max|w| · ‖U‖₁ / 2**20`` by default).
 
     References
