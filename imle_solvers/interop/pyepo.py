@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..data.dataset import PTODataset
-from ..errors import InvalidWeightsError, require
+from ..errors import DataError, InvalidWeightsError, require
 from ..oracle import MapOracle, Sense
 
 __all__ = ["PyEPOOracle", "equivalent_oracle", "from_pyepo"]
@@ -65,9 +65,16 @@ def equivalent_oracle(optmodel: Any, **options: Any) -> MapOracle:
     Raises
     ------
     ValueError
-        For a model of another problem, or a TSP model with constraints added by ``addConstr`` (the
-        equivalent oracle would not know them).
+        For a model of another problem, PyEPO's LP relaxation of a model (``optmodel.relax()``: fractional
+        solutions), or a TSP model with constraints added by ``addConstr`` (the equivalent oracle would
+        not know them).
     """
+    if type(optmodel).__name__.endswith("Rel"):  # PyEPO's LP relaxations: tspGGModelRel, knapsackModelRel…
+        raise ValueError(
+            f"{type(optmodel).__name__} is PyEPO's LP relaxation (optmodel.relax()): its solutions are "
+            "fractional, and this library's oracles solve the integer problem; use PyEPOOracle(optmodel) to "
+            "solve the relaxation with PyEPO's solver"
+        )
     nodes = _tsp_nodes(optmodel)
     if nodes is None:
         raise ValueError(
@@ -156,12 +163,6 @@ class PyEPOOracle(MapOracle):
         return f"PyEPOOracle({self.optmodel!r}, n_vars={self.n_vars}, sense={self.sense!r})"
 
 
-def _tensor(values: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    if isinstance(values, torch.Tensor):
-        return values.detach().to(dtype)
-    return torch.as_tensor(np.asarray(values), dtype=dtype)
-
-
 def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
     """A PyEPO `optDataset` as a [`PTODataset`][imle_solvers.data.PTODataset], without re-solving.
 
@@ -181,26 +182,59 @@ def from_pyepo(optdataset: Any, oracle: MapOracle | None = None) -> PTODataset:
 
     Raises
     ------
-    ValueError
-        When the oracle's `n_vars` differs from the data set's number of costs.
+    DataError
+        A [`DataError`][imle_solvers.errors.DataError] (a ``ValueError``) when the oracle's `n_vars`
+        differs from the data set's number of costs, when features, costs and solutions do not have one
+        row per instance (solutions: the costs' shape), are not numbers, or hold NaN or inf (naming the
+        instances), or when the data set has no model and no ``oracle`` is given.
 
     References
     ----------
     Tang & Khalil, "PyEPO: A PyTorch-based End-to-End Predict-then-Optimize Library for Linear and Integer
     Programming", 2022, <https://arxiv.org/abs/2206.14234>.
     """
+    model = getattr(optdataset, "model", None)
     if oracle is None:
-        oracle = PyEPOOracle(optdataset.model)
-    costs = _tensor(optdataset.costs)
-    if costs.dim() != 2 or costs.shape[1] != oracle.n_vars:
-        raise ValueError(
+        if model is None:
+            raise DataError("the data set has no model (optdataset.model is None): pass oracle=")
+        oracle = PyEPOOracle(model)
+    feats = _array("features", getattr(optdataset, "feats", None))
+    costs = _array("costs", getattr(optdataset, "costs", None))
+    sols = _array("solutions", getattr(optdataset, "sols", None))
+    n = costs.shape[0] if costs.ndim else 0
+    if costs.ndim != 2 or costs.shape[1] != oracle.n_vars:
+        raise DataError(
             f"the data set has costs of shape {tuple(costs.shape)}, but the oracle has n_vars={oracle.n_vars}"
         )
-    info = {"source": "pyepo", "model": type(optdataset.model).__name__}
+    if feats.ndim != 2 or feats.shape[0] != n:
+        raise DataError(f"the data set has features of shape {tuple(feats.shape)} for {n} instances")
+    if sols.ndim == 0 or sols.shape[0] != n or sols.size != costs.size:
+        raise DataError(
+            f"the data set has solutions of shape {tuple(sols.shape)} for costs of shape {tuple(costs.shape)}"
+        )
+    for name, values in (("features", feats), ("costs", costs), ("solutions", sols)):
+        bad = np.flatnonzero(~np.isfinite(values.reshape(n, -1)).all(axis=1))
+        if bad.size:
+            raise DataError(f"the data set's {name} are not finite (NaN or inf)", bad.tolist())
+    info = {"source": "pyepo", "model": type(model).__name__}
     return PTODataset(
-        _tensor(optdataset.feats),
-        costs,
+        torch.from_numpy(feats).float(),
+        torch.from_numpy(costs).float(),
         oracle,
-        solutions=_tensor(optdataset.sols).reshape(costs.shape),
+        solutions=torch.from_numpy(sols.reshape(costs.shape)).float(),
         info=info,
     )
+
+
+def _array(name: str, values: Any) -> np.ndarray:
+    """The data set's ``name`` as a float64 array, or a [`DataError`][imle_solvers.errors.DataError]
+    naming it (missing, ragged, or not numbers)."""
+    if values is None:
+        raise DataError(f"the data set has no {name}")
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise DataError(f"the data set's {name} are not an array of numbers ({exc})") from None
+    return array

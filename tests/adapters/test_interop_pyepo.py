@@ -230,3 +230,62 @@ def test_unknown_model_sense_is_a_value_error_not_a_weights_error() -> None:
     ) as err:
         PyEPOOracle(_ModelWithOddSense())
     assert not isinstance(err.value, InvalidWeightsError)
+
+
+class _ModelWithoutSense:
+    """A model object of PyEPO's interface that does not set modelSense (PyEPO then minimises)."""
+
+    num_cost = 3
+
+
+def test_a_model_without_a_sense_minimises_as_pyepo_does() -> None:
+    model = _ModelWithoutSense()
+    assert not hasattr(model, "modelSense")
+    assert PyEPOOracle(model).sense == "min"
+
+
+def _dataset(**changes: Any) -> Any:
+    import types
+
+    base = {
+        "feats": np.zeros((3, 2)),
+        "costs": np.ones((3, 4)),
+        "sols": np.eye(4)[:3],
+        "model": None,
+    }
+    return types.SimpleNamespace(**{**base, **changes})
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"costs": np.where(np.eye(3, 4) > 0, np.nan, 1.0)},
+            r"costs are not finite \(NaN or inf\) \(instances 0, 1, 2\)",
+        ),
+        (
+            {"costs": np.array([[1.0, 2.0, np.inf, 1.0], [1.0] * 4, [1.0] * 4])},
+            r"not finite .* \(instance 0\)",
+        ),
+        (
+            {"feats": np.array([[0.0, np.nan], [0.0, 0.0], [0.0, 0.0]])},
+            r"features are not finite .* \(instance 0\)",
+        ),
+        ({"sols": np.zeros((3, 5))}, r"solutions of shape \(3, 5\) for costs of shape \(3, 4\)"),
+        ({"sols": np.zeros((2, 4))}, r"solutions of shape \(2, 4\)"),
+        ({"feats": np.zeros((2, 2))}, r"features of shape \(2, 2\) for 3 instances"),
+        ({"feats": np.array([[1, "a"]] * 3, dtype=object)}, "features are not an array of numbers"),
+        ({"costs": [[1.0, 2.0], [1.0]]}, "costs are not an array of numbers"),
+        ({"costs": None}, "has no costs"),
+    ],
+)
+def test_from_pyepo_checks_the_data_it_copies(changes: dict[str, Any], message: str) -> None:
+    from imle_solvers import TopK
+    from imle_solvers.errors import DataError
+
+    with pytest.raises(DataError, match=message):
+        from_pyepo(_dataset(**changes), oracle=TopK(1, 4))
+    with pytest.raises(DataError, match=r"has no model \(optdataset.model is None\): pass oracle="):
+        from_pyepo(_dataset())
+    good = from_pyepo(_dataset(sols=np.eye(4)[:3].reshape(3, 2, 2)), oracle=TopK(1, 4))  # PyEPO's (n, m, 1)…
+    assert good.solutions.shape == (3, 4) and good.features.dtype == torch.float32

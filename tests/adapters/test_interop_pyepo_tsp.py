@@ -72,3 +72,19 @@ def test_from_pyepo_reads_pyepos_tsp_data_as_our_data_set(model: Any) -> None:
     assert isinstance(theirs.oracle, TravellingSalesperson)
     default = from_pyepo(dataset)  # PyEPO's own solver by default
     assert isinstance(default.oracle, PyEPOOracle) and default.oracle.expected_nonzeros == 5.0
+
+
+def test_pyepos_lp_relaxation_has_no_equivalent_integer_oracle(model: Any) -> None:
+    relaxed = model.relax()
+    assert type(relaxed).__name__.endswith("Rel")
+    with pytest.raises(
+        ValueError, match=r"is PyEPO's LP relaxation \(optmodel.relax\(\)\): its solutions are fractional"
+    ):
+        equivalent_oracle(relaxed)
+    assert isinstance(equivalent_oracle(model), TravellingSalesperson)  # the integer model still maps
+
+
+def test_edges_in_another_order_are_refused(model: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model, "edges", list(reversed(model.edges)))
+    with pytest.raises(ValueError, match=r"edges is not in the order \(i, j\), i < j, lexicographic"):
+        equivalent_oracle(model)
