@@ -125,6 +125,24 @@ def test_tsp_ilp_is_an_ilp_with_the_edge_columns() -> None:
     assert z.sum() == 5 and set(z.tolist()) <= {0.0, 1.0}
 
 
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_the_ilp_back_ends_build_the_formulation_asked_for(backend: str) -> None:
+    # flow: the 10 edges and 20 arc flows; MTZ: the edges, 20 binary arcs and 4 positions (n = 5)
+    flow = TravellingSalesperson(5, backend, formulation="flow").oracle  # type: ignore[arg-type]
+    mtz = TravellingSalesperson(5, backend, formulation="mtz").oracle  # type: ignore[arg-type]
+    assert (flow.form.n_cols, mtz.form.n_cols) == (10 + 20, 10 + 20 + 4)
+    assert flow.form.integer.sum() == 10 and mtz.form.integer.sum() == 10 + 20
+    assert (flow.backend, mtz.backend) == (backend, backend)
+
+
+@pytest.mark.parametrize("n", [3, 5, 9])
+def test_every_back_end_says_a_tour_has_n_edges(n: int) -> None:
+    # SumOfGamma's κ is the state size: n edges for n nodes, on the oracle and on its back end's oracle
+    for backend in ("cpsat", "highs", "cbc"):
+        tsp = TravellingSalesperson(n, backend)  # type: ignore[arg-type]
+        assert tsp.expected_nonzeros == tsp.oracle.expected_nonzeros == float(n)
+
+
 def test_tour_order_and_bad_states() -> None:
     tsp = TravellingSalesperson(5)
     z = tsp.solve(np.array([1.0, 9, 9, 1, 1, 9, 9, 1, 9, 1]))  # 0-1-2-3-4-0

@@ -217,6 +217,17 @@ def test_slow_rows_go_parallel_with_the_modelled_estimates() -> None:
     assert decision.reason.startswith("predicted speed-up") and decision.est_row_s == 1e-2
 
 
+def test_a_call_of_fewer_chunks_than_workers_is_modelled_on_the_chunks_it_sends() -> None:
+    # 3 rows of a slow oracle, chunks of at least one row: 3 chunks for 8 workers, so the parallel time is
+    # the rows over 3 busy workers, not over 8 (the 5 others have nothing to do)
+    slow = Timings(serial_row_s=0.5, worker_row_s=0.5)
+    decision, _ = plan(slow, rows=3, workers=8, chunksize=1)
+    assert len(decision.bounds) == 3
+    transfer = 2 * 3 * 80 / PIPE_BYTES_PER_S
+    assert decision.est_parallel_s == pytest.approx(1e-3 + transfer + 3 * 0.5 / 3)
+    assert decision.est_parallel_s > 0.4  # not 3 · 0.5 / 8, the eight workers' share
+
+
 def test_transfer_counts_only_for_runners_that_copy_rows() -> None:
     piped, _ = plan(SLOW, row_bytes=10**7)
     shared, _ = plan(SLOW, traits=THREAD, row_bytes=10**7)
