@@ -52,7 +52,8 @@ class _Oracle(EngineOracle):
 def test_weights_become_costs_to_minimise(sense: str) -> None:
     engine = _Scripted(Outcome("optimal", [1.0, 0.0]))
     assert _Oracle(engine, sense).solve(np.array([2.0, -3.0])).tolist() == [1.0, 0.0]
-    assert engine.costs == [[2.0, -3.0] if sense == "min" else [-2.0, 3.0]]
+    # minimised, scaled by a power of two (2^-2) to max|c| in [1/2, 1): the same optimum, exactly
+    assert engine.costs == [[0.5, -0.75] if sense == "min" else [-0.5, 0.75]]
 
 
 def test_states_are_checked_snapped_or_taken_as_they_are() -> None:

@@ -23,7 +23,7 @@ from imle_solvers.training import TrainConfig
 )
 def test_addresses_dask_can_reach_from_another_process(address: str) -> None:
     assert scheduler_address(address) == address
-    assert TrainConfig(dask_address=address).dask_address == address
+    assert TrainConfig(problem="knapsack", dask_address=address).dask_address == address
 
 
 @pytest.mark.parametrize(
