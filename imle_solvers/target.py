@@ -355,7 +355,7 @@ class AutoTarget(TargetDistribution):
       falling continuously to 0 as their directions spread (`LINEAR_BAND`), so that no small change of
       the loss flips the rule;
     * ``prior`` where the samples cannot tell: with **one sample** (the layer's default) nothing shows
-      whether the loss is linear, and ``prior`` (0.3) weighs the two rules by what trains best on both
+      whether the loss is linear, and ``prior`` (0.4) weighs the two rules by what trains best on both
       kinds of task (``imle-solvers bench targets``). Declare a linear loss (``linear=True``) or draw
       ``samples >= 2`` to get the linear rule at full weight.
 
@@ -424,7 +424,7 @@ class AutoTarget(TargetDistribution):
     --------
     >>> from imle_solvers import IMLE, AutoTarget, TopK
     >>> IMLE(TopK(k=2, n_vars=5)).target
-    AutoTarget(near=2.0, far=30.0, cap=3.0, floor=0.5, linear=None, prior=0.3, sync=True)
+    AutoTarget(near=2.0, far=30.0, cap=3.0, floor=0.5, linear=None, prior=0.4, sync=True)
     >>> regret_layer = IMLE(TopK(k=2, n_vars=5), target=AutoTarget(linear=True))  # a declared regret
     """
 
@@ -433,7 +433,7 @@ class AutoTarget(TargetDistribution):
     cap: float = 3.0
     floor: float = 0.5
     linear: bool | None = None
-    prior: float = 0.3
+    prior: float = 0.4
     sync: bool = True
     process_group: Any = dataclasses.field(default=None, repr=False, compare=False)
 
