@@ -275,7 +275,7 @@ def test_pool_solve_ratio_draws_per_call() -> None:
         w = _weights(seed)
         loss(w, oracle.solve_torch(w))
         sizes.append(loss.cache.size)
-    grew = sum(b > a for a, b in zip(sizes, sizes[1:]))
+    grew = sum(b > a for a, b in itertools.pairwise(sizes))
     assert 0 < grew < 39
 
 

@@ -9,7 +9,6 @@ oracle, PyEPO's OR-Tools model against our ``DAGShortestPath`` in the same arc o
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -82,7 +81,7 @@ def _close(ours: tuple[torch.Tensor, torch.Tensor], theirs: tuple[torch.Tensor, 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_negative_identity_equals_nid(name: str, seed: int) -> None:
     oracle, optmodel = PROBLEMS[name]()
-    pred, true, _ = _inputs(oracle, seed)
+    pred, _true, _ = _inputs(oracle, seed)
     upstream = torch.randn(B, oracle.n_vars, generator=torch.Generator().manual_seed(seed), dtype=pred.dtype)
     ours = _grad(NegativeIdentity(oracle), pred, upstream)
     theirs = _grad(func.NID(optmodel), pred, upstream)
@@ -96,7 +95,7 @@ def test_perturbed_optimizer_equals_dpo_and_dpomul_with_the_same_noise(
     name: str, multiplicative: bool
 ) -> None:
     oracle, optmodel = PROBLEMS[name]()
-    pred, true, _ = _inputs(oracle, 2)
+    pred, _true, _ = _inputs(oracle, 2)
     upstream = torch.randn(B, oracle.n_vars, generator=torch.Generator().manual_seed(5), dtype=pred.dtype)
     layer = PerturbedOptimizer(
         oracle,
