@@ -81,7 +81,7 @@ class Protocol:
 
 
 FULL = Protocol(
-    problems=(("shortest-path", 200, 200, 2), ("knapsack", 200, 200, 2), ("tsp", 40, 40, 2)), seeds=(0, 1, 2)
+    problems=(("shortest-path", 200, 200, 2), ("knapsack", 100, 100, 2), ("tsp", 24, 40, 2)), seeds=(0, 1, 2)
 )
 """The documented run."""
 QUICK = Protocol(
