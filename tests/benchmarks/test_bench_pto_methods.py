@@ -40,7 +40,7 @@ def test_run_projects_pyepo_own_model_and_reports_each_pair(monkeypatch: pytest.
     """Every number of a row from stubbed runs: regrets per seed, epoch times, the projected epoch."""
     import imle_solvers.training as training
 
-    proto = bench.Protocol(problems=(("knapsack", 10, 4, 1),), seeds=(0, 1), own_model_instances=2)
+    proto = bench.Protocol(problems=(("knapsack", 10, 4, 1, 5),), seeds=(0, 1), own_model_instances=2)
     ours_time = {0: 2.0, 1: 4.0}
     calls: list[tuple[str, int | None]] = []
 
