@@ -23,7 +23,7 @@ from .errors import (
     UnprovenSolutionWarning,
     WorkerCrashedError,
 )
-from .estimators import STE, Blackbox, PerturbedOptimizer
+from .estimators import STE, Blackbox, NegativeIdentity, PerturbedOptimizer
 from .imle import IMLE  # also binds imle_solvers.imle: the module, callable as imle(...)
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal, SumOfGamma
 from .oracle import MapOracle, TorchOracle
@@ -38,6 +38,15 @@ _LAZY: dict[str, str] = {
     "regret": ".losses",
     "SPOPlusLoss": ".losses",
     "FenchelYoungLoss": ".losses",
+    "NCELoss": ".contrastive",
+    "CMAPLoss": ".contrastive",
+    "PointwiseLTRLoss": ".ranking",
+    "PairwiseLTRLoss": ".ranking",
+    "ListwiseLTRLoss": ".ranking",
+    "RegularizedOptimizer": ".frank_wolfe",
+    "RegularizedFenchelYoungLoss": ".frank_wolfe",
+    "PerturbationGradientLoss": ".perturbation_gradient",
+    "CaVELoss": ".cave",
     "ILP": ".adapters",
     "SolverPool": ".pool",
     "SolutionCache": ".pool",
@@ -64,7 +73,9 @@ __all__ = [
     "AdaptiveTarget",
     "AutoTarget",
     "Blackbox",
+    "CMAPLoss",
     "CPSATOracle",
+    "CaVELoss",
     "ClampedCosts",
     "DAGShortestPath",
     "FenchelYoungLoss",
@@ -74,18 +85,26 @@ __all__ = [
     "InfeasibleError",
     "InvalidSolutionError",
     "InvalidWeightsError",
+    "ListwiseLTRLoss",
     "MapOracle",
     "Matching",
     "MissingExtraError",
+    "NCELoss",
     "NegativeCycleError",
+    "NegativeIdentity",
     "NoNoise",
     "NoiseDistribution",
     "Normal",
     "OptimalTarget",
+    "PairwiseLTRLoss",
+    "PerturbationGradientLoss",
     "PerturbedOptimizer",
     "PerturbedTarget",
+    "PointwiseLTRLoss",
     "PoolPlan",
     "PulpOracle",
+    "RegularizedFenchelYoungLoss",
+    "RegularizedOptimizer",
     "RelativeTarget",
     "RowAdaptiveTarget",
     "SPOPlusLoss",
@@ -135,6 +154,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         TorchSpanningTree,
         TravellingSalesperson,
     )
+    from .cave import CaVELoss
+    from .contrastive import CMAPLoss, NCELoss
+    from .frank_wolfe import RegularizedFenchelYoungLoss, RegularizedOptimizer
     from .imle import imle
     from .losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss, regret
+    from .perturbation_gradient import PerturbationGradientLoss
     from .pool import PoolPlan, SolutionCache, SolverPool
+    from .ranking import ListwiseLTRLoss, PairwiseLTRLoss, PointwiseLTRLoss

@@ -7,7 +7,10 @@ autograd function of the library); they differ in the forward noise and the back
 * [`Blackbox`][imle_solvers.Blackbox] — Vlastelica et al. 2020: ``[MAP(θ) − MAP(θ − λ∇zL)] / λ``
   (= I-MLE with δ₀ noise).
 * [`PerturbedOptimizer`][imle_solvers.PerturbedOptimizer] — Berthet et al. 2020: the expected perturbed
-  MAP with its score-function Jacobian (Gaussian or Gumbel noise).
+  MAP with its score-function Jacobian (Gaussian or Gumbel noise); ``multiplicative=True`` is the
+  sign-preserving perturbation ``θ ⊙ exp(σZ − σ²/2)`` of Dalle et al. 2022.
+* [`NegativeIdentity`][imle_solvers.NegativeIdentity] — Sahoo et al. 2023: ``MAP(θ)`` forward, the
+  identity backward (``−I`` in cost space), no second solve.
 
 Like I-MLE, each returns the sum of its per-sample estimates (autograd's rule for S outputs).
 """
@@ -22,10 +25,10 @@ import torch
 from ._checks import one_of, positive
 from .noise import Gumbel, NoiseDistribution, NoNoise, Normal
 from .oracle import BatchSolver, MapOracle
-from .perturb_and_map import PerturbAndMAPLayer
+from .perturb_and_map import NoiseOn, PerturbAndMAPLayer
 from .target import PerturbedTarget, Solve
 
-__all__ = ["STE", "Blackbox", "PerturbedOptimizer"]
+__all__ = ["STE", "Blackbox", "NegativeIdentity", "PerturbedOptimizer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +41,10 @@ class _StraightThrough:
         return grad_z.sum(dim=1)  # [N, m]
 
 
+_EPS = 1e-8
+"""Smallest ``|σθ|`` the multiplicative score divides by (PyEPO's clamp, sign kept)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _PerturbedScore:
     """Berthet et al. (2020), Prop. 3.1: ``J_θ E[MAP(θ+σZ)]ᵀ g = E[⟨MAP(θ+σZ), g⟩ ∇ν(Z)] / σ``.
@@ -45,10 +52,17 @@ class _PerturbedScore:
     ``Z`` has density ``∝ exp(−ν(z))``: ``∇ν(Z) = Z`` for the standard normal, ``1 − exp(−Z)`` for the
     standard Gumbel. With ``ε = σZ`` and ``g_s`` the gradient of sample ``s`` (which already carries the
     1/S of the mean the layer outputs), the estimate is ``Σ_s ⟨z_s, g_s⟩ ∇ν(ε_s/σ) / σ``.
+
+    ``variance_reduction`` replaces ``⟨z_s, g_s⟩`` by its difference from the mean of the other samples
+    (a leave-one-out baseline: independent of ``Z_s``, so the estimate stays unbiased). ``multiplicative``
+    is the score of ``MAP(θ ⊙ exp(σZ − σ²/2))`` (Dalle et al. 2022): Gaussian in ``log|θ|``, so the
+    estimate above is divided by ``θ`` (``|σθ|`` kept at least ``1e-8``).
     """
 
     sigma: float
     noise: str = "normal"
+    multiplicative: bool = False
+    variance_reduction: bool = False
 
     def estimate(
         self, theta: torch.Tensor, eps: torch.Tensor, z: torch.Tensor, grad_z: torch.Tensor, solve: Solve
@@ -56,13 +70,23 @@ class _PerturbedScore:
         standard = eps / self.sigma  # Z = ε/σ   [N, S, m]
         score = standard if self.noise == "normal" else -torch.expm1(-standard)  # ∇ν(Z)   [N, S, m]
         inner = (z * grad_z).sum(dim=-1, keepdim=True)  # ⟨z_s, g_s⟩      [N, S, 1]
-        return (inner * score).sum(dim=1) / self.sigma  # Σ_s ⟨z_s,g_s⟩ ∇ν(Z_s) / σ   [N, m]
+        samples = inner.shape[1]
+        if self.variance_reduction and samples > 1:  # ⟨z_s, g_s⟩ − mean_{j≠s} ⟨z_j, g_j⟩
+            inner = (inner - inner.mean(dim=1, keepdim=True)) * (samples / (samples - 1))
+        if not self.multiplicative:
+            return (inner * score).sum(dim=1) / self.sigma  # Σ_s ⟨z_s,g_s⟩ ∇ν(Z_s) / σ   [N, m]
+        scale = self.sigma * theta.squeeze(1)  # σθ   [N, m]
+        tiny = torch.where(scale >= 0, _EPS, -_EPS).to(scale.dtype)
+        scale = torch.where(scale.abs() < _EPS, tiny, scale)  # |σθ| ≥ 1e-8, sign kept
+        return (inner * score).sum(dim=1) / scale  # Σ_s ⟨z_s,g_s⟩ Z_s / (σθ)   [N, m]
 
 
 ScoreNoise = Literal["normal", "gumbel"]
 
 
-def _perturbation(sigma: float, noise: ScoreNoise) -> tuple[NoiseDistribution, _PerturbedScore]:
+def _perturbation(
+    sigma: float, noise: ScoreNoise, multiplicative: bool = False, variance_reduction: bool = False
+) -> tuple[NoiseDistribution, _PerturbedScore]:
     """The noise ``σZ`` of a perturbed optimizer and the score estimator that matches it."""
     positive("PerturbedOptimizer sigma", sigma)
     if not isinstance(noise, str):
@@ -71,8 +95,13 @@ def _perturbation(sigma: float, noise: ScoreNoise) -> tuple[NoiseDistribution, _
             f"score estimator needs the density), got {noise!r}"
         )
     one_of("PerturbedOptimizer noise", noise, ("normal", "gumbel"))
+    for name, flag in (("multiplicative", multiplicative), ("variance_reduction", variance_reduction)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"PerturbedOptimizer {name} must be True or False, got {flag!r}")
+    if multiplicative and noise != "normal":
+        raise ValueError("PerturbedOptimizer multiplicative=True takes noise='normal' (exp(σZ − σ²/2))")
     distribution = Normal(sigma) if noise == "normal" else Gumbel(sigma)
-    return distribution, _PerturbedScore(float(sigma), noise)
+    return distribution, _PerturbedScore(float(sigma), noise, multiplicative, variance_reduction)
 
 
 class STE(PerturbAndMAPLayer):
@@ -182,12 +211,56 @@ class Blackbox(PerturbAndMAPLayer):
         return self.sample_states(weights).squeeze(-2)
 
 
+class NegativeIdentity(PerturbAndMAPLayer):
+    """Negative identity backpropagation (Sahoo et al., ICLR 2023): ``MAP(θ)`` forward, identity backward.
+
+    Forward ``z = MAP(θ)`` (no noise); backward ``∇θ L = ∇z L``, i.e. ``∂z/∂θ ≈ I`` in θ-space, which for a
+    ``"min"`` oracle is ``∂z/∂c ≈ −I`` on the costs: the "negative identity" of the paper, the
+    hyper-parameter-free limit of [`Blackbox`][imle_solvers.Blackbox] that needs no second solve. It is
+    [`STE`][imle_solvers.STE] with ``NoNoise()``.
+
+    Parameters
+    ----------
+    oracle
+        The MAP oracle.
+    pool
+        Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
+    check_finite
+        Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
+
+    References
+    ----------
+    Sahoo, Paulus, Vlastelica, Musil, Kuleshov & Martius, "Backpropagation through Combinatorial
+    Algorithms: Identity with Projection Works", ICLR 2023, <https://arxiv.org/abs/2205.15213>.
+    """
+
+    _fixed = frozenset({"noise", "samples", "generator", "noise_on", "target_noise_scale"})
+
+    def __init__(
+        self,
+        oracle: MapOracle,
+        *,
+        pool: BatchSolver | None = None,
+        check_finite: bool | None = None,
+    ) -> None:
+        super().__init__(oracle, NoNoise(), _StraightThrough(), pool=pool, check_finite=check_finite)
+
+    def forward(self, weights: torch.Tensor) -> torch.Tensor:
+        """``(..., m)`` → ``(..., m)`` MAP states."""
+        return self.sample_states(weights).squeeze(-2)
+
+
 class PerturbedOptimizer(PerturbAndMAPLayer):
     """Differentiable perturbed optimizer (Berthet et al., NeurIPS 2020).
 
     Training forward: ``ŷ(θ) = (1/M) Σ_s MAP(θ + σ Z_s)``, ``Z_s ~ N(0, I)`` — a point of the convex hull,
     not a vertex; backward: the Gaussian score-function Jacobian ``E[MAP(θ+σZ) Zᵀ] / σ``. ``eval()``
     returns the plain ``MAP(θ)``.
+
+    With ``multiplicative=True`` the perturbation is Dalle et al.'s sign-preserving
+    ``θ ⊙ exp(σZ − σ²/2)`` (every weight keeps its sign, its expectation is ``θ``: for costs that must
+    stay positive, e.g. a Dijkstra oracle), and the score is divided by ``θ``:
+    ``J_θ ŷᵀ g = E[⟨MAP(θ ⊙ e^(σZ−σ²/2)), g⟩ Z] / (σθ)``.
 
     Parameters
     ----------
@@ -200,20 +273,32 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     noise
         ``"normal"`` (``Z ~ N(0, I)``, Berthet et al.'s default) or ``"gumbel"`` (``Z`` standard
         Gumbel, score ``1 − exp(−Z)``): any noise with a known score gives the same estimator (Prop. 3.1).
+    multiplicative
+        The multiplicative perturbation above (``noise="normal"`` only).
+    variance_reduction
+        Subtract from each sample's ``⟨z_s, g_s⟩`` the mean of the other samples' (a leave-one-out
+        baseline; unbiased, lower variance; PyEPO's ``variance_reduction=True``).
     pool
         Optional [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
     generator
         Optional `torch.Generator` on the weights' device.
     check_finite
         Check the weights for NaN/inf before solving, as for [`IMLE`][imle_solvers.IMLE].
+    noise_on
+        ``"theta"`` (default) adds ``σZ`` to θ; ``"costs"`` adds it to the costs of a ``"min"`` oracle
+        (PyEPO's convention: the same draws of ``generator`` give PyEPO's perturbed costs). No effect on a
+        ``"max"`` oracle or with ``multiplicative=True``.
 
     References
     ----------
     Berthet, Blondel, Teboul, Cuturi, Vert & Bach, "Learning with Differentiable Perturbed Optimizers",
     NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
+
+    Dalle, Baty, Bouvier & Parmentier, "Learning with Combinatorial Optimization Layers: a Probabilistic
+    Approach", 2022, sec. 3 (multiplicative perturbation), <https://arxiv.org/abs/2207.13513>.
     """
 
-    _fixed = frozenset({"noise_on", "target_noise_scale"})
+    _fixed = frozenset({"target_noise_scale"})
 
     def __init__(
         self,
@@ -222,11 +307,14 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
         *,
         samples: int = 10,
         noise: ScoreNoise = "normal",
+        multiplicative: bool = False,
+        variance_reduction: bool = False,
         pool: BatchSolver | None = None,
         generator: torch.Generator | None = None,
         check_finite: bool | None = None,
+        noise_on: NoiseOn = "theta",
     ) -> None:
-        distribution, score = _perturbation(sigma, noise)
+        distribution, score = _perturbation(sigma, noise, multiplicative, variance_reduction)
         super().__init__(
             oracle,
             distribution,
@@ -235,6 +323,7 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
             pool=pool,
             generator=generator,
             check_finite=check_finite,
+            noise_on=noise_on,
         )
 
     @property
@@ -245,6 +334,16 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
     @sigma.setter
     def sigma(self, sigma: float) -> None:
         self._perturb(sigma, self.rule.noise)  # type: ignore[attr-defined]
+
+    @property
+    def multiplicative(self) -> bool:
+        """Whether the perturbation is ``θ ⊙ exp(σZ − σ²/2)`` rather than ``θ + σZ``."""
+        return self.rule.multiplicative  # type: ignore[attr-defined]
+
+    @property
+    def variance_reduction(self) -> bool:
+        """Whether the score uses the leave-one-out baseline."""
+        return self.rule.variance_reduction  # type: ignore[attr-defined]
 
     @property
     def noise(self) -> NoiseDistribution:
@@ -265,9 +364,14 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
             self._perturb(self.sigma, noise)  # type: ignore[arg-type]
 
     def _perturb(self, sigma: float, noise: ScoreNoise) -> None:
-        distribution, score = _perturbation(sigma, noise)
+        rule = self.__dict__.get("_rule")  # None while the base class sets the noise, before the rule
+        flags = (False, False) if rule is None else (rule.multiplicative, rule.variance_reduction)
+        distribution, score = _perturbation(sigma, noise, *flags)
         PerturbAndMAPLayer.noise.fset(self, distribution)  # type: ignore[attr-defined]
         self.__dict__["_rule"] = score
+
+    def _multiplicative_shift(self) -> float | None:
+        return 0.5 * self.sigma**2 if self.multiplicative else None  # exp(σZ − σ²/2) has mean 1
 
     def forward(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` → ``(..., m)`` expected perturbed state (MAP state in ``eval()``)."""

@@ -366,6 +366,10 @@ class FenchelYoungLoss(nn.Module):
     optimal solution ``z*(c)``). For a ``"min"`` oracle θ = −ĉ, so the gradient in cost space is
     ``y − E[MAP(θ + ε)]``. The reported value is the Monte-Carlo estimate of ``F_ε(θ) − ⟨θ, y⟩``.
 
+    With ``multiplicative=True`` the perturbation is the sign-preserving ``θ ⊙ f``,
+    ``f = exp(σZ − σ²/2)`` (Dalle et al. 2022): ``F(θ) = E[max_z ⟨θ ⊙ f, z⟩]`` and
+    ``∇θ ℓ = E[f ⊙ MAP(θ ⊙ f)] − y``.
+
     Parameters
     ----------
     oracle
@@ -377,6 +381,8 @@ class FenchelYoungLoss(nn.Module):
     noise
         Any [`NoiseDistribution`][imle_solvers.NoiseDistribution] instead of ``Normal(sigma)`` (not
         together with ``sigma``: the noise carries its own scale).
+    multiplicative
+        Perturb multiplicatively, ``θ ⊙ exp(σZ − σ²/2)`` (needs the Gaussian noise).
     pool
         Optional [`SolverPool`][imle_solvers.pool.SolverPool].
     generator
@@ -388,6 +394,9 @@ class FenchelYoungLoss(nn.Module):
     ----------
     Berthet, Blondel, Teboul, Cuturi, Vert & Bach, "Learning with Differentiable Perturbed Optimizers",
     NeurIPS 2020, <https://arxiv.org/abs/2002.08676>.
+
+    Dalle, Baty, Bouvier & Parmentier, "Learning with Combinatorial Optimization Layers: a Probabilistic
+    Approach", 2022, sec. 3 (multiplicative perturbation), <https://arxiv.org/abs/2207.13513>.
     """
 
     def __init__(
@@ -397,6 +406,7 @@ class FenchelYoungLoss(nn.Module):
         sigma: float | None = None,
         samples: int = 10,
         noise: NoiseDistribution | None = None,
+        multiplicative: bool = False,
         pool: BatchSolver | None = None,
         generator: torch.Generator | None = None,
         reduction: Reduction = "mean",
@@ -408,6 +418,11 @@ class FenchelYoungLoss(nn.Module):
         if noise is None:
             noise = Normal(1.0 if sigma is None else sigma)  # ε = σZ, Z ~ N(0, I)
         self.noise = instance_of("noise", noise, NoiseDistribution).resolve(oracle)
+        if not isinstance(multiplicative, bool):
+            raise TypeError(f"multiplicative must be True or False, got {multiplicative!r}")
+        if multiplicative and not isinstance(self.noise, Normal):
+            raise ValueError(f"multiplicative=True needs Gaussian noise (sigma=), got {self.noise!r}")
+        self.multiplicative = multiplicative
         self.samples = check_samples(samples)
         self.pool = pool
         self.generator = instance_of("generator", generator, torch.Generator, optional=True)
@@ -423,7 +438,13 @@ class FenchelYoungLoss(nn.Module):
         theta = sign * pred.detach()  # θ   [N, m]
         n, s = theta.shape[0], self.samples
         eps = self.noise.sample((n, s, m), device=theta.device, dtype=theta.dtype, generator=self.generator)
-        perturbed = theta.unsqueeze(1) + eps  # θ + ε   [N, S, m]
+        if self.multiplicative:
+            assert isinstance(self.noise, Normal)
+            factor = torch.exp(eps - 0.5 * self.noise.sigma**2)  # f = exp(σZ − σ²/2)   [N, S, m]
+            perturbed = theta.unsqueeze(1) * factor  # θ ⊙ f   [N, S, m]
+        else:
+            factor = None
+            perturbed = theta.unsqueeze(1) + eps  # θ + ε   [N, S, m]
         try:
             z = map_solve(self.oracle, perturbed.reshape(n * s, m), self.pool).view(n, s, m)  # MAP(θ+ε)
         except ImleSolversError as err:
@@ -431,9 +452,11 @@ class FenchelYoungLoss(nn.Module):
                 err.with_rows(sorted({r // s for r in err.rows}))
             raise
         value = (perturbed * z).sum(-1).mean(1) - (theta * target).sum(-1)  # F̂_ε(θ) − ⟨θ, y⟩   [N]
-        grad_theta = z.mean(1) - target  # E[MAP(θ + ε)] − y   [N, m]
+        expected = z.mean(1) if factor is None else (z * factor).mean(1)  # E[MAP(θ+ε)] or E[f ⊙ MAP(θ⊙f)]
+        grad_theta = expected - target  # ∇θ ℓ   [N, m]
         out = _FenchelYoungFunction.apply(pred, value, grad_theta, sign)
         return _reduce(out.reshape(lead), self.reduction)
 
     def extra_repr(self) -> str:
-        return f"oracle={self.oracle!r}, noise={self.noise!r}, samples={self.samples}"
+        extra = ", multiplicative=True" if self.multiplicative else ""
+        return f"oracle={self.oracle!r}, noise={self.noise!r}, samples={self.samples}{extra}"

@@ -87,6 +87,7 @@ class _Spec:
     noise_sign: float = 1.0  # θ-space sign of ε: −1 when the noise is added to costs of a "min" oracle
     target_noise_scale: float = 1.0  # ε of the target MAP = scale · ε of the forward
     warn_state: dict[str, bool] = dataclasses.field(default_factory=dict, compare=False)
+    multiplicative_shift: float | None = None  # set: MAP(θ ⊙ exp(ε − shift)) instead of MAP(θ + ε)
 
 
 def _rows_to_user(err: ImleSolversError, per_row: int, where: str) -> ImleSolversError:
@@ -176,9 +177,13 @@ class PerturbAndMAP(torch.autograd.Function):
             eps = spec.noise.sample(
                 (n, samples, m), device=theta.device, dtype=theta.dtype, generator=spec.generator
             )  # ε ~ ρ(ε), drawn on θ's device                                          [N, S, m]
-            if spec.noise_sign < 0:
-                eps = eps.neg_()  # noise on the costs c + ε of a "min" oracle: θ-space −ε
-            z = _solve_rows(spec, theta + eps, "forward pass")  # z = MAP(θ + ε)         [N, S, m]
+            if spec.multiplicative_shift is not None:  # sign-preserving: the same for costs and θ
+                factor = torch.exp(eps - spec.multiplicative_shift)  # exp(σZ − σ²/2), E = 1   [N, S, m]
+                z = _solve_rows(spec, theta * factor, "forward pass")  # z = MAP(θ ⊙ e^(σZ−σ²/2))
+            else:
+                if spec.noise_sign < 0:
+                    eps = eps.neg_()  # noise on the costs c + ε of a "min" oracle: θ-space −ε
+                z = _solve_rows(spec, theta + eps, "forward pass")  # z = MAP(θ + ε)         [N, S, m]
         return z.reshape(*lead, samples, m), eps
 
     @staticmethod
@@ -490,7 +495,12 @@ class PerturbAndMAPLayer(nn.Module):
             noise_sign,
             self.target_noise_scale,
             self._warn_state,
+            self._multiplicative_shift(),
         )
+
+    def _multiplicative_shift(self) -> float | None:
+        """``None``: additive noise ``θ + ε``; a number ``s``: multiplicative ``θ ⊙ exp(ε − s)``."""
+        return None
 
     def sample_states(self, weights: torch.Tensor) -> torch.Tensor:
         """``(..., m)`` weights → ``(..., S, m)`` perturbed MAP states (noise-free MAP in ``eval()``)."""

@@ -39,6 +39,10 @@ SUITES: dict[str, tuple[str, str]] = {
     "pool": ("imle_solvers.benchmarks.pool", "serial vs thread vs process pools on a batch of solves"),
     "layer": ("imle_solvers.benchmarks.layer", "an I-MLE training step vs the two oracle calls it makes"),
     "pto": ("imle_solvers.benchmarks.pto", "seconds per epoch of predict-then-optimize training"),
+    "pto-methods": (
+        "imle_solvers.benchmarks.pto_methods",
+        "every PyEPO 2.2.7 training method against ours: regret and s/epoch on shortest path, knapsack, TSP",
+    ),
     "scaling": (
         "imle_solvers.benchmarks.scaling",
         "1 vs 2 training processes (torchrun), serial vs 2 workers vs a 2-worker Dask cluster",

@@ -54,6 +54,9 @@ class SolutionCache(MapOracle):
         Rows answered from the cache.
     misses
         Rows sent to the solver.
+    version
+        A counter that changes whenever the stored states change (`add` of a new state, `clear`), so
+        that a copy of `states` can be kept until it is stale.
 
     Notes
     -----
@@ -128,6 +131,7 @@ class SolutionCache(MapOracle):
             self._states = np.empty((0, self.n_vars), dtype=np.float64)  # cached states   [K, m]
             self._keys: dict[bytes, int] = {}  # state bytes -> slot
             self._next = 0  # slot replaced next once full (oldest first)
+            self.version = getattr(self, "version", -1) + 1
 
     @property
     def size(self) -> int:
@@ -161,21 +165,29 @@ class SolutionCache(MapOracle):
             )
         added = 0
         with self._lock:
+            fresh: list[np.ndarray] = []  # new states while the cache is not full, appended at once
             for z in rows:
                 z = z + 0.0  # −0.0 → 0.0, so equal states have equal bytes
                 key = z.tobytes()
                 if key in self._keys:
                     continue
-                if self.size < self.max_size:
-                    self._keys[key] = self.size
-                    self._states = np.vstack([self._states, z[None]])
+                if self.size + len(fresh) < self.max_size:
+                    self._keys[key] = self.size + len(fresh)
+                    fresh.append(z)
                 else:
+                    if fresh:  # the cache fills up in this call: store what came before
+                        self._states = np.vstack([self._states, *[f[None] for f in fresh]])
+                        fresh = []
                     slot = self._next
                     del self._keys[self._states[slot].tobytes()]
                     self._states[slot] = z
                     self._keys[key] = slot
                     self._next = (slot + 1) % self.max_size
                 added += 1
+            if fresh:
+                self._states = np.vstack([self._states, np.stack(fresh)])  # one copy per call   [K, m]
+            if added:
+                self.version += 1
         return added
 
     def _best(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -189,6 +189,8 @@ def train_model(
     options = plan.options if pool is None else dataclasses.replace(plan.options, pool=pool)
     torch.manual_seed(seed)  # the method's noise (on CUDA too)
     method = METHODS[method_name](problem.train_oracle, options)
+    if method.prepare is not None:
+        method.prepare(train)  # e.g. a solution pool seeded with the training set's optimal states
     for module in method.modules:
         module.to(dev)  # layers with state (AdaptiveTarget) keep it beside the weights
     # Adam's step count on the device for every step mode on CUDA: eager and recorded steps do the same

@@ -26,7 +26,7 @@ from torch import nn
 from .._checks import one_of, positive, positive_int
 from ..adaptive import AdaptiveTarget
 from ..app.registry import Registry
-from ..estimators import Blackbox, PerturbedOptimizer
+from ..estimators import Blackbox, NegativeIdentity, PerturbedOptimizer
 from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
 from ..noise import NoiseDistribution, NoNoise, SumOfGamma
@@ -96,6 +96,9 @@ class Method:
     uses_solver: bool = True
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """The hyper-parameters the method uses, as built (recorded with each run)."""
+    prepare: Callable[[Any], None] | None = None
+    """Called once with the training set before the first step (the solution-pool methods seed their
+    pool with its optimal states, as PyEPO does with ``dataset=``)."""
 
     def loss(self, c_hat: torch.Tensor, batch: BatchLike) -> tuple[torch.Tensor, torch.Tensor]:
         """``(loss for backward, per-instance loss to report)`` of predictions ``ĉ`` on ``batch``."""
@@ -127,6 +130,14 @@ class MethodOptions:
         σ of the Gaussian perturbation of ``dpo`` and ``pfyl``.
     dpo_samples
         S of ``dpo`` and ``pfyl`` when it differs from ``samples`` (``None``: ``samples``).
+    rf_lam
+        λ of the L2 regulariser of ``rfwo`` and ``rfy`` (PyEPO's ``lambd``, default 1).
+    fw_max_iter
+        Most Frank-Wolfe steps per call of ``rfwo`` and ``rfy`` (PyEPO's ``max_iter``, default 10,000).
+    pg_sigma
+        σ, the finite-difference width of ``pg`` and ``pg-central`` (PyEPO's default 0.1).
+    cave_max_iter
+        Interior-point iterations of the projection of ``cave`` (3: CaVE+, PyEPO's default).
     pool
         A [`SolverPool`][imle_solvers.pool.SolverPool] for solver-backed oracles.
     """
@@ -138,6 +149,10 @@ class MethodOptions:
     bb_loss: str = "regret"
     sigma: float = 1.0
     dpo_samples: int | None = None
+    rf_lam: float = 1.0
+    fw_max_iter: int = 10_000
+    pg_sigma: float = 0.1
+    cave_max_iter: int = 3
     pool: BatchSolver | None = None
 
     def __post_init__(self) -> None:
@@ -148,6 +163,10 @@ class MethodOptions:
         one_of("bb_loss", self.bb_loss, ("regret", "hamming"))
         if self.dpo_samples is not None:
             positive_int("dpo_samples", self.dpo_samples)
+        positive("rf_lam", self.rf_lam)
+        positive_int("fw_max_iter", self.fw_max_iter)
+        positive("pg_sigma", self.pg_sigma)
+        positive_int("cave_max_iter", self.cave_max_iter)
 
 
 DEFAULT_OPTIONS = MethodOptions()
@@ -264,6 +283,193 @@ def spo_plus(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Met
     return Method("spo+", lambda c_hat, b: _per(spo(c_hat, b.costs, optimal=b.optimal)), [spo])
 
 
+def nid(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Negative identity (Sahoo et al. 2023): MAP(ĉ) forward, −I backward, regret loss (PyEPO's NID).
+
+    Reads ``bb_loss`` (the loss behind the layer, as for ``dbb``), ``pool``.
+    """
+    layer = NegativeIdentity(oracle, pool=options.pool)
+    settings = {"bb_loss": options.bb_loss}
+    return Method("nid", _summed(layer, 1, options.bb_loss, oracle), [layer], settings=settings)
+
+
+def dpo_mul(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Perturbed optimizer, multiplicative noise ĉ⊙exp(σZ−σ²/2) (Dalle et al. 2022), squared error to z*.
+
+    PyEPO's ``perturbedOptMul`` with its leave-one-out baseline (``variance_reduction``). Reads
+    ``sigma``, ``samples`` (or ``dpo_samples``), ``pool``.
+    """
+    samples = options.dpo_samples or options.samples
+    layer = PerturbedOptimizer(
+        oracle,
+        options.sigma,
+        samples=samples,
+        multiplicative=True,
+        variance_reduction=True,
+        pool=options.pool,
+    )
+
+    def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        y_hat = layer(c_hat)  # E[MAP(θ ⊙ exp(σZ − σ²/2))]   [B, m]
+        return _per(((y_hat - b.optimal) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
+
+    settings = {"sigma": options.sigma, "samples": samples, "variance_reduction": True}
+    return Method("dpo-mul", loss, [layer], settings=settings)
+
+
+def pfyl_mul(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Perturbed Fenchel-Young loss, multiplicative noise (Dalle et al. 2022), against z* (PyEPO's PFYMul).
+
+    Reads ``sigma``, ``samples`` (or ``dpo_samples``), ``pool``.
+    """
+    samples = options.dpo_samples or options.samples
+    fy = FenchelYoungLoss(
+        oracle,
+        sigma=options.sigma,
+        samples=samples,
+        multiplicative=True,
+        pool=options.pool,
+        reduction="none",
+    )
+    settings = {"sigma": options.sigma, "samples": samples}
+    return Method("pfyl-mul", lambda c_hat, b: _per(fy(c_hat, b.optimal)), [fy], settings=settings)
+
+
+def rfwo(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """L2-regularised optimiser by Frank-Wolfe (Dalle et al. 2022), squared error to z* (PyEPO's RFWO).
+
+    Reads ``rf_lam``, ``fw_max_iter``, ``pool``.
+    """
+    from ..frank_wolfe import RegularizedOptimizer
+
+    layer = RegularizedOptimizer(oracle, options.rf_lam, max_iter=options.fw_max_iter, pool=options.pool)
+
+    def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        y_hat = layer(c_hat)  # ŷ_λ(θ̂) = proj_conv(C)(θ̂/λ)   [B, m]
+        return _per(((y_hat - b.optimal) ** 2).sum(-1))  # ‖ŷ − z*‖²   [B]
+
+    settings = {"rf_lam": options.rf_lam, "fw_max_iter": options.fw_max_iter}
+    return Method("rfwo", loss, [layer], settings=settings)
+
+
+def rfy(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Fenchel-Young loss of the L2 regulariser, Frank-Wolfe (Blondel et al. 2020), against z* (PyEPO's RFY).
+
+    Reads ``rf_lam``, ``fw_max_iter``, ``pool``.
+    """
+    from ..frank_wolfe import RegularizedFenchelYoungLoss
+
+    fy = RegularizedFenchelYoungLoss(
+        oracle, options.rf_lam, max_iter=options.fw_max_iter, pool=options.pool, reduction="none"
+    )
+    settings = {"rf_lam": options.rf_lam, "fw_max_iter": options.fw_max_iter}
+    return Method("rfy", lambda c_hat, b: _per(fy(c_hat, b.optimal)), [fy], settings=settings)
+
+
+def _pool_method(
+    name: str, loss_type: Any, against: str, oracle: MapOracle, options: MethodOptions
+) -> Method:
+    """A solution-pool loss, seeded with the training set's optimal states, solving every batch."""
+    module = loss_type(oracle, pool=options.pool, reduction="none")
+
+    def loss(c_hat: torch.Tensor, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return _per(module(c_hat, b.optimal if against == "optimal" else b.costs))
+
+    def prepare(train: Any) -> None:
+        module.add(train.solutions)  # Γ ← the training set's optimal states (PyEPO's dataset=)
+
+    return Method(name, loss, [module], prepare=prepare)
+
+
+def nce(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Noise-contrastive estimation on a solution pool (Mulamba et al. 2021), against z* (PyEPO's NCE).
+
+    Reads ``pool``.
+    """
+    from ..contrastive import NCELoss
+
+    return _pool_method("nce", NCELoss, "optimal", oracle, options)
+
+
+def cmap(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Contrastive MAP on a solution pool (Mulamba et al. 2021), against z* (PyEPO's CMAP).
+
+    Reads ``pool``.
+    """
+    from ..contrastive import CMAPLoss
+
+    return _pool_method("cmap", CMAPLoss, "optimal", oracle, options)
+
+
+def ltr_point(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Pointwise learning to rank on a solution pool (Mandi et al. 2022), against c (PyEPO's ptLTR).
+
+    Reads ``pool``.
+    """
+    from ..ranking import PointwiseLTRLoss
+
+    return _pool_method("ltr-point", PointwiseLTRLoss, "costs", oracle, options)
+
+
+def ltr_pair(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Pairwise learning to rank on a solution pool (Mandi et al. 2022), against c (PyEPO's prLTR).
+
+    Reads ``pool``.
+    """
+    from ..ranking import PairwiseLTRLoss
+
+    return _pool_method("ltr-pair", PairwiseLTRLoss, "costs", oracle, options)
+
+
+def ltr_list(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Listwise learning to rank on a solution pool (Mandi et al. 2022), against c (PyEPO's lsLTR).
+
+    Reads ``pool``.
+    """
+    from ..ranking import ListwiseLTRLoss
+
+    return _pool_method("ltr-list", ListwiseLTRLoss, "costs", oracle, options)
+
+
+def _pg(name: str, central: bool, oracle: MapOracle, options: MethodOptions) -> Method:
+    from ..perturbation_gradient import PerturbationGradientLoss
+
+    pg_loss = PerturbationGradientLoss(
+        oracle, sigma=options.pg_sigma, central=central, pool=options.pool, reduction="none"
+    )
+    settings = {"pg_sigma": options.pg_sigma, "central": central}
+    return Method(name, lambda c_hat, b: _per(pg_loss(c_hat, b.costs)), [pg_loss], settings=settings)
+
+
+def pg(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Perturbation gradient, backward difference (Huang & Gupta 2024), σ = 0.1 (PyEPO's PG).
+
+    Reads ``pg_sigma``, ``pool``.
+    """
+    return _pg("pg", False, oracle, options)
+
+
+def pg_central(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """Perturbation gradient, central difference (Huang & Gupta 2024), σ = 0.1 (PG with two_sides=True).
+
+    Reads ``pg_sigma``, ``pool``.
+    """
+    return _pg("pg-central", True, oracle, options)
+
+
+def cave(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
+    """CaVE+: cosine to the cone of binding constraints at z* (Tang & Khalil 2024), 3 IPM steps (PyEPO's).
+
+    Needs an oracle with a linear form (shortest path, knapsack, TSP, a declared ILP) and Clarabel (extra
+    ``cave``). Reads ``cave_max_iter``.
+    """
+    from ..cave import CaVELoss
+
+    cave_loss = CaVELoss(oracle, max_iter=options.cave_max_iter, reduction="none")
+    settings = {"cave_max_iter": options.cave_max_iter}
+    return Method("cave", lambda c_hat, b: _per(cave_loss(c_hat, b.optimal)), [cave_loss], settings=settings)
+
+
 def two_stage(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
     """Two-stage: least-squares regression of the costs (no solver in training).
 
@@ -287,6 +493,19 @@ METHODS: Registry[MethodFactory] = Registry(
         "pfyl": pfyl,
         "spo+": spo_plus,
         "two-stage": two_stage,
+        "nid": nid,
+        "dpo-mul": dpo_mul,
+        "pfyl-mul": pfyl_mul,
+        "rfwo": rfwo,
+        "rfy": rfy,
+        "nce": nce,
+        "cmap": cmap,
+        "ltr-point": ltr_point,
+        "ltr-pair": ltr_pair,
+        "ltr-list": ltr_list,
+        "pg": pg,
+        "pg-central": pg_central,
+        "cave": cave,
     },
 )
 """Method name → factory ``(oracle, options) -> Method``, in table order; help from each docstring."""
@@ -303,7 +522,8 @@ def build_method(name: str, oracle: MapOracle, **options: Any) -> Method:
         The problem's MAP oracle.
     **options
         Fields of [`MethodOptions`][imle_solvers.training.methods.MethodOptions] (``samples``, ``noise``,
-        ``lam``, ``bb_lam``, ``bb_loss``, ``sigma``, ``dpo_samples``, ``pool``); an unknown one is a
+        ``lam``, ``bb_lam``, ``bb_loss``, ``sigma``, ``dpo_samples``, ``rf_lam``, ``fw_max_iter``,
+        ``pg_sigma``, ``cave_max_iter``, ``pool``); an unknown one is a
         ``TypeError``. Each method reads the ones its factory names.
     """
     if name not in METHODS:

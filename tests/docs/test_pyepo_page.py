@@ -20,3 +20,18 @@ def test_the_imle_loop_sets_the_one_thread_its_timing_assumes() -> None:
     assert "torch.set_num_threads(1)" in script  # the script behind the table
     table = page[page.index("Command: `python examples/pyepo_migration.py") :]
     assert "one thread" in table[:400] and "**One thread.**" in page
+
+
+def test_the_switching_snippets_of_nce_and_cave_run() -> None:
+    import pytest
+
+    pytest.importorskip("clarabel")
+    page = (ROOT / "docs" / "pyepo.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    (nce,) = [block for block in blocks if "NCELoss(data.oracle" in block]
+    (cave,) = [block for block in blocks if "CaVELoss(data.oracle)" in block]
+    scope: dict[str, object] = {}
+    exec(nce.replace("shortest_path(200,", "shortest_path(40,"), scope)  # fewer instances, same code
+    assert scope["nce"].cache.size >= 1  # type: ignore[attr-defined]
+    exec(cave, scope)
+    assert float(scope["loss"].detach()) >= 0  # type: ignore[attr-defined]
