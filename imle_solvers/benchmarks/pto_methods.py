@@ -2,8 +2,8 @@
 
 One process, one torch thread, the same generated data for both libraries on each problem (shortest path
 5 × 5, knapsack of PyEPO's data, TSP), the same ``nn.Linear`` model from the same seed, Adam lr 0.01,
-batch 32 (8 on TSP), the same epochs and seeds; every trained model is evaluated by the same exact oracle. PyEPO's
-methods run through ``pyepo.func`` with the options of `PAIRS` (its defaults, except λ = 20 for DBB as
+batch 32 (8 on TSP), the same epochs and seeds; every trained model is evaluated by the same exact oracle.
+PyEPO's methods run through ``pyepo.func`` with the options of `PAIRS` (its defaults, except λ = 20 for DBB as
 ``imle-solvers train`` uses and a Frank-Wolfe cap of `FW_MAX_ITER` steps for both libraries). On shortest
 path PyEPO trains on its own OR-Tools model. On knapsack and TSP PyEPO trains on an ``optModel`` that calls
 our oracle (``TorchKnapsack``, CP-SAT's ``TravellingSalesperson``), so both learn with the same exact solver
