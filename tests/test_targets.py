@@ -581,7 +581,7 @@ def test_the_training_methods_use_the_documented_targets() -> None:
     def target_of(name: str) -> object:
         return build_method(name, ORACLE).modules[0].target  # type: ignore[union-attr]
 
-    assert target_of("imle") == AutoTarget()  # the library's default
+    assert target_of("imle") == AutoTarget(linear=True)  # the default, told that the regret is linear
     assert target_of("imle-large-step") == RelativeTarget.large_step()
     assert target_of("imle-pid") == PerturbedTarget(10.0)
     assert isinstance(target_of("imle-mumu"), OptimalTarget)

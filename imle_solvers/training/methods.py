@@ -31,7 +31,7 @@ from ..imle import IMLE
 from ..losses import FenchelYoungLoss, SPOPlusLoss, hamming_loss
 from ..noise import NoiseDistribution, NoNoise, SumOfGamma
 from ..oracle import BatchSolver, MapOracle, sense_sign
-from ..target import OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
+from ..target import AutoTarget, OptimalTarget, PerturbedTarget, RelativeTarget, TargetDistribution
 
 __all__ = ["METHODS", "Batch", "Method", "MethodOptions", "build_method", "decision_loss", "scale_grad"]
 
@@ -184,14 +184,14 @@ def _imle_regret(
 
 
 def imle_default(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
-    """I-MLE as the library's default layer builds it (AutoTarget), SumOfGamma noise, S samples, regret loss.
+    """I-MLE with the library's default target told that the loss is linear, SumOfGamma, S samples, regret.
 
-    ``IMLE(oracle, noise, samples=S)`` with no target: with S ≥ 2 the regret's ``∇z ℓ = c`` is the same
-    for every sample, and the default target compares each sample with the best state under ``c``
-    (eq. 10's regime); with S = 1 it takes a central difference (docs/how-imle-works.md). Reads
-    ``samples``, ``noise``, ``pool``.
+    ``IMLE(oracle, noise, AutoTarget(linear=True), samples=S)``: the summed regret ``⟨c, z⟩`` is linear
+    in z, so every sample is compared with the best state under ``c`` (eq. 10's regime) at any S, one
+    sample included (undeclared, the default target sees it only from S ≥ 2 samples that differ:
+    docs/how-imle-works.md). Reads ``samples``, ``noise``, ``pool``.
     """
-    return _imle_regret("imle", oracle, None, options)
+    return _imle_regret("imle", oracle, AutoTarget(linear=True), options)
 
 
 def imle_large_step(oracle: MapOracle, options: MethodOptions = DEFAULT_OPTIONS) -> Method:
