@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import _command_start  # noqa: F401  # first: Ctrl-C while PyTorch loads is one line in the command
 from ._lazy import lazy_exports
 from .adaptive import AdaptiveTarget, RowAdaptiveTarget
 from .errors import (

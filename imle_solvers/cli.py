@@ -15,6 +15,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from ._command_start import EXIT_STATUS, release
 from .app.config import Parser, usage_error
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -78,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `imle-solvers` console script; returns the exit status.
 
     A missing or unknown command prints one line (with the closest command for a misspelt one) and a
-    pointer to ``--help``, and returns 2.
+    pointer to ``--help``, and returns 2. Ctrl-C while the command loads prints ``interrupted`` and
+    returns 130 (before this runs, while PyTorch loads, the package's start-up guard does the same).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in COMMANDS:
@@ -91,10 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         module = importlib.import_module(COMMANDS[args[0]][0])
+        release()  # from here Ctrl-C raises KeyboardInterrupt, which the command handles
         return int(module.main(args[1:]) or 0)
-    except KeyboardInterrupt:  # before the command's own handling (while importing, parsing)
+    except KeyboardInterrupt:  # before the command's own handling (parsing)
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_STATUS
 
 
 def _unknown(name: str | None) -> str:
