@@ -7,28 +7,36 @@ ones a user writes: the loss reduced with ``.mean()`` over the batch, the layer 
 ``IMLE(oracle, noise, target, ...)``.
 
 Candidates (`CANDIDATES`): the library's default (``IMLE(oracle)`` with no ``target``, whatever it is
-when the suite runs), the other regimes of [`RelativeTarget`][imle_solvers.RelativeTarget],
+when the suite runs), [`AutoTarget`][imle_solvers.AutoTarget] told that the loss is linear and without
+its prior and floor, the other regimes of [`RelativeTarget`][imle_solvers.RelativeTarget],
 [`AdaptiveTarget`][imle_solvers.AdaptiveTarget], and the paper's fixed-λ
 [`PerturbedTarget`][imle_solvers.PerturbedTarget] *tuned*: its loss is scaled per instance (the layer
 sees the gradient of the loss summed over the batch, as torch-imle users write it; the parameters' gradient
 keeps the mean's scale) and the best λ of `PID_GRID` on each task is reported, with the λ it took.
 
-Tasks (`TASKS`), each with the metric it is judged by:
+Tasks (`TASKS`, seeds `SELECTION_SEEDS`: the part of the table that chooses the default), each with the
+metric it is judged by:
 
 * ``shortest-path``, ``knapsack``: PyEPO's protocol at polynomial degree 6 (1,000 training and 1,000 test
   instances, linear model, Adam 10⁻², batch 32, 10 epochs, S = 10 samples, the regret ``⟨c, z⟩``
-  averaged over the batch and the samples): normalised test regret.
+  averaged over the batch and the samples): normalised test regret. ``-s1``: the same with S = 1 (the
+  layer's default); ``-squared``: trained on the curved ``‖z − z*‖²`` to the optimal state instead of
+  the regret (judged by the same test regret).
 * ``terrain``: 12 × 12 terrain maps (1,000 training, 200 test maps, the terrain CNN, Adam 5·10⁻⁴, batch
   35, 10 epochs, S = 1, regret averaged over the batch): % of test maps decided optimally.
-* ``toy``: the paper's top-k toy (10 items, k = 5, the exact expected loss ``E‖z − b‖²`` after 50
-  steps of SGD with momentum, 100 runs per setting, the best of the toy experiment's 6 step sizes
-  (0.01 to 3) re-run with fresh noise), Sum-of-Gamma and Gumbel noise averaged: final expected loss.
+* ``toy``, ``toy-s10``: the paper's top-k toy (10 items, k = 5, the exact expected loss ``E‖z − b‖²``
+  after 50 steps of SGD with momentum, 100 runs per setting, the best of the toy experiment's 6 step
+  sizes (0.01 to 3) re-run with fresh noise), Sum-of-Gamma and Gumbel noise averaged, with S = 1 or
+  10: final expected loss.
 * ``vae-sog``, ``vae-gumbel``: the discrete 10-subset VAE on scikit-learn's digits (30 epochs, the
   paper's SoG at τ = 10, or Gumbel(0, 1)): test loss.
 * ``l2x``: learning to explain on the planted corpus (k = 10, 8 epochs, SoG at τ = k): % subset
   precision of the explanations.
 * ``sort``: sorting 5 two-digit handwritten numbers (1,500 Adam steps, SoG at τ = 1, the squared error
   to the permutation averaged over the batch): % of test sequences sorted exactly.
+
+Held-out tasks (`HELD_OUT`, seeds `HELD_OUT_SEEDS`): problem families, degrees and seeds that took no
+part in the choice, reported apart (``--part held-out``).
 
 ``quick`` shortens every task to a smoke run (one epoch or a few steps, small data): it exercises the
 code and prints the table, but its numbers rank nothing.
