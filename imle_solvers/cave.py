@@ -17,6 +17,7 @@ CaVE-Hybrid replaces it by ``(1 − r) θ̂/‖θ̂‖ + r · mean_r a_r/‖a_r�
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -45,22 +46,48 @@ def cone_projection(theta: np.ndarray, normals: np.ndarray, max_iter: int = 3) -
     max_iter
         Interior-point iterations (3: CaVE+; a few dozen: the converged projection).
     """
-    clarabel: Any = require("clarabel", "cave")
-    from scipy import sparse
-
     rows = normals[np.abs(normals).sum(axis=1) > 1e-7]  # [R, m] without padding
     if len(rows) == 0:
         return np.asarray(theta, dtype=np.float64)
     r = rows.shape[0]
-    quad = sparse.triu(sparse.csc_matrix(2.0 * (rows @ rows.T))).tocsc()  # ½λᵀPλ, P = 2AAᵀ
-    linear = -2.0 * (rows @ theta)  # q = −2Aθ
-    settings = clarabel.DefaultSettings()
-    settings.max_iter, settings.verbose, settings.max_threads = int(max_iter), False, 1
-    settings.presolve_enable, settings.equilibrate_enable = False, False
-    cone = [clarabel.NonnegativeConeT(r)]
-    solver = clarabel.DefaultSolver(quad, linear, -sparse.eye(r, format="csc"), np.zeros(r), cone, settings)
+    clarabel: Any = require("clarabel", "cave")
+    quad = _upper_csc(2.0 * (rows @ rows.T))  # ½λᵀPλ, P = 2AAᵀ (upper triangle)   [R, R]
+    linear = -2.0 * (rows @ theta)  # q = −2Aθ   [R]
+    minus_eye, zeros, cone = _nonnegative(r)
+    solver = clarabel.DefaultSolver(quad, linear, minus_eye, zeros, cone, _settings(int(max_iter)))
     lam = np.asarray(solver.solve().x)  # λ ≥ 0 (−λ + s = 0, s ≥ 0)   [R]
     return lam @ rows  # p = Σ λ_r a_r   [m]
+
+
+@functools.cache
+def _settings(max_iter: int) -> Any:
+    """Clarabel's settings of the projection (one object per ``max_iter``, never changed)."""
+    clarabel: Any = require("clarabel", "cave")
+    settings = clarabel.DefaultSettings()
+    settings.max_iter, settings.verbose, settings.max_threads = max_iter, False, 1
+    settings.presolve_enable, settings.equilibrate_enable = False, False
+    return settings
+
+
+@functools.cache
+def _nonnegative(r: int) -> tuple[Any, np.ndarray, list[Any]]:
+    """``λ ≥ 0`` in Clarabel's form ``Aλ + s = b, s ≥ 0``: ``A = −I``, ``b = 0``, the cone; per ``R``."""
+    from scipy import sparse
+
+    clarabel: Any = require("clarabel", "cave")
+    return -sparse.eye(r, format="csc"), np.zeros(r), [clarabel.NonnegativeConeT(r)]
+
+
+def _upper_csc(matrix: np.ndarray) -> Any:
+    """The upper triangle of a dense ``(R, R)`` matrix as a CSC matrix (built from its index arrays)."""
+    from scipy import sparse
+
+    r = matrix.shape[0]
+    rows, cols = np.triu_indices(r)  # row-major: re-sort by column for CSC
+    order = np.lexsort((rows, cols))
+    rows, cols = rows[order], cols[order]
+    indptr = np.concatenate([[0], np.cumsum(np.arange(1, r + 1))])  # column j holds rows 0..j
+    return sparse.csc_matrix((matrix[rows, cols], rows, indptr), shape=(r, r))
 
 
 class CaVELoss(nn.Module):
