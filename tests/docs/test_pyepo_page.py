@@ -35,3 +35,25 @@ def test_the_switching_snippets_of_nce_and_cave_run() -> None:
     assert scope["nce"].cache.size >= 1  # type: ignore[attr-defined]
     exec(cave, scope)
     assert float(scope["loss"].detach()) >= 0  # type: ignore[attr-defined]
+
+
+def test_the_tsp_snippet_runs_without_pyepo_s_own_solves() -> None:
+    import pytest
+
+    pytest.importorskip("pyepo")
+    pytest.importorskip("ortools")
+    page = (ROOT / "docs" / "pyepo.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    (snippet,) = [block for block in blocks if "equivalent_oracle(optmodel)" in block and "tspModel" in block]
+    assert "optDataset(" not in snippet  # the warning's slow path is not the one shown
+    scope: dict[str, object] = {}
+    exec(snippet.replace("genData(1000,", "genData(6,"), scope)  # fewer instances, same code
+    train, oracle = scope["train"], scope["oracle"]
+    assert len(train) == 6 and train.solutions.sum(1).tolist() == [20.0] * 6  # type: ignore[attr-defined]
+    optmodel = scope["optmodel"]
+    for cost, tour in zip(train.costs[:2], train.solutions[:2]):  # type: ignore[attr-defined]
+        optmodel.setObj(cost.numpy())  # type: ignore[attr-defined]
+        best, value = optmodel.solve()  # type: ignore[attr-defined]
+        assert abs(float((cost * tour).sum()) - value) <= 1e-4 * abs(value)  # CP-SAT's tour is optimal
+    warning = page[page.index('!!! warning "PyEPO\'s `optDataset`') :][:700]
+    assert "about 1 s per 20-node tour" in warning and "15-20 minutes" in warning
