@@ -79,14 +79,13 @@ def _nonnegative(r: int) -> tuple[Any, np.ndarray, list[Any]]:
 
 
 def _upper_csc(matrix: np.ndarray) -> Any:
-    """The upper triangle of a dense ``(R, R)`` matrix as a CSC matrix (built from its index arrays)."""
+    """The upper triangle of a dense ``(R, R)`` matrix as a CSC matrix without its zeros (a sparse
+    ``AAᵀ`` keeps a sparse factorisation), built from its index arrays."""
     from scipy import sparse
 
     r = matrix.shape[0]
-    rows, cols = np.triu_indices(r)  # row-major: re-sort by column for CSC
-    order = np.lexsort((rows, cols))
-    rows, cols = rows[order], cols[order]
-    indptr = np.concatenate([[0], np.cumsum(np.arange(1, r + 1))])  # column j holds rows 0..j
+    cols, rows = np.nonzero(np.triu(matrix).T)  # column-major order: CSC   [nnz]
+    indptr = np.searchsorted(cols, np.arange(r + 1))  # where each column starts
     return sparse.csc_matrix((matrix[rows, cols], rows, indptr), shape=(r, r))
 
 

@@ -472,3 +472,18 @@ def test_every_new_method_trains_on_knapsack_and_tsp(problem: str, method: str, 
     results = _train(problem, method, str(tmp_path), *extra)
     (record,) = results["runs"]
     assert np.isfinite(record["regret"])
+
+
+def test_the_projection_s_quadratic_term_is_the_upper_triangle_without_zeros() -> None:
+    from scipy import sparse
+
+    from imle_solvers.cave import _upper_csc
+
+    rng = np.random.default_rng(3)
+    for r in (1, 2, 5, 9):
+        dense = rng.normal(size=(r, r)) * (rng.random((r, r)) < 0.5)  # about half the entries zero
+        dense = dense + dense.T
+        built = _upper_csc(dense)
+        expected = sparse.triu(sparse.csc_matrix(dense)).tocsc()
+        assert built.nnz == expected.nnz == np.count_nonzero(np.triu(dense))
+        assert (built != expected).nnz == 0 and built.has_sorted_indices
