@@ -492,7 +492,22 @@ def test_garbage_collected_pool_stops_its_workers() -> None:
 
 
 # --------------------------------------------------------------------------- the in-process fallback
-def test_fast_oracle_is_solved_in_process_without_starting_workers() -> None:
+class _SteadyClock:
+    """A ``time`` stand-in for the probe: every reading is one microsecond after the last, whatever the
+    machine's load (a probe of fast rows then measures microseconds, as on an idle machine)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        self.now += 1e-6
+        return self.now
+
+
+def test_fast_oracle_is_solved_in_process_without_starting_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imle_solvers.pool import _serial
+
+    monkeypatch.setattr(_serial, "time", _SteadyClock())  # the decision must not depend on the load
     with SolverPool(2, "process", fallback=True) as pool:  # any oracle may run in the caller
         oracle = Enum(STATES)
         w = batch(64)
