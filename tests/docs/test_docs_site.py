@@ -105,8 +105,13 @@ def _site_root(pages: dict[Path, _Page]) -> Path:
     return min(pages, key=lambda p: len(p.parts)).parent
 
 
+def _name(path: Path) -> str:
+    """The page a built file is: ``api.html`` (the offline plugin's file URLs) or ``api/index.html``."""
+    return path.parent.name if path.name == "index.html" else path.stem
+
+
 def test_every_page_rendered(site: dict[Path, _Page]) -> None:
-    names = {p.parent.name for p in site}
+    names = {_name(p) for p in site}
     for page in ("how-imle-works", "performance", "benchmarks", "pyepo", "tutorials", "api"):
         assert page in names
 
@@ -122,11 +127,9 @@ def test_no_raw_latex_outside_math(site: dict[Path, _Page]) -> None:
 
 def test_math_is_rendered_by_mathjax(site: dict[Path, _Page]) -> None:
     root = _site_root(site)
-    html = (root / "how-imle-works" / "index.html").read_text(encoding="utf-8")
+    html = (root / "how-imle-works.html").read_text(encoding="utf-8")
     assert 'class="arithmatex"' in html
-    assert (
-        'src="../javascripts/mathjax.js"' in html and 'src="../javascripts/mathjax/tex-mml-chtml.js"' in html
-    )
+    assert 'src="javascripts/mathjax.js"' in html and 'src="javascripts/mathjax/tex-mml-chtml.js"' in html
     assert (root / "javascripts" / "mathjax.js").exists()
     # the renderer itself is part of the site: the component, its fonts and its TeX extensions
     mathjax = root / "javascripts" / "mathjax"
@@ -163,7 +166,7 @@ def test_no_raw_rest_literal_blocks(site: dict[Path, _Page]) -> None:
 
 def test_api_page_documents_each_object_once(site: dict[Path, _Page]) -> None:
     root = _site_root(site)
-    ids = [i for i in site[root / "api" / "index.html"].ids if i.startswith("imle_solvers.")]
+    ids = [i for i in site[root / "api.html"].ids if i.startswith("imle_solvers.")]
     assert "imle_solvers.IMLE" in ids and "imle_solvers.imle.IMLE" not in ids  # not the module beside it
     names = [i.rsplit(".", 1)[-1] for i in ids if i.count(".") == 1 or i.startswith("imle_solvers.errors.")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
@@ -186,12 +189,12 @@ def test_internal_links_resolve(site: dict[Path, _Page]) -> None:
             if target.is_dir():
                 target = target / "index.html"
             if not target.exists():
-                broken.append(f"{path.parent.name}: {link}")
+                broken.append(f"{_name(path)}: {link}")
                 continue
             if parts.fragment and target.suffix == ".html":
                 ids = site[target].ids if target in site else set()
                 if target in site and parts.fragment not in ids:
-                    broken.append(f"{path.parent.name}: {link} (no such anchor)")
+                    broken.append(f"{_name(path)}: {link} (no such anchor)")
     assert not broken, "broken internal links:\n" + "\n".join(broken)
 
 
@@ -222,3 +225,64 @@ def test_the_docs_build_needs_the_pinned_mathjax(monkeypatch: pytest.MonkeyPatch
         r'docs = \[.*"django-static-mathjax==([\d.]+)".*\]', (ROOT / "pyproject.toml").read_text()
     )
     assert pinned is not None and pinned.group(1).startswith("3.2.2")
+
+
+def test_every_page_loads_the_site_s_own_worker_shim(site: dict[Path, _Page]) -> None:
+    """Material's offline plugin loads a shim that runs the search worker in an iframe (for file://);
+    the pages load the site's copy of it, not unpkg.com's."""
+    root = _site_root(site)
+    assert (root / "search" / "search_index.js").is_file()  # the index as a script, for file://
+    shim = "javascripts/vendor/iframe-worker-shim.js"
+    assert (root / shim).is_file()
+    for path, page in site.items():
+        assert [s for s in page.scripts if "iframe-worker" in s] == [
+            "../" * (len(path.relative_to(root).parts) - 1) + shim
+        ], path
+
+
+def _chromium() -> str:
+    """A Chromium for the browser tests: ``$CHROMIUM`` or one on the PATH (the test skips without)."""
+    for name in (os.environ.get("CHROMIUM"), "chromium-headless-shell", "chromium", "chromium-browser"):
+        found = shutil.which(name) if name else None
+        if found:
+            return found
+    pytest.skip("no Chromium on this machine (set CHROMIUM or install chromium-headless-shell)")
+
+
+def _search(url: str, query: str) -> list[str]:
+    """Type ``query`` into the search box of the page at ``url`` in headless Chromium; the result links."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(url)
+            page.focus("input.md-search__input")
+            page.keyboard.type(query)
+            items = page.locator(".md-search-result__item a")
+            items.first.wait_for(timeout=30_000)  # "Initializing search" until the index is built
+            return [str(items.nth(i).get_attribute("href")) for i in range(items.count())]
+        finally:
+            browser.close()
+
+
+@pytest.mark.parametrize("where", ["served", "file"])
+def test_search_finds_pages_in_a_real_browser(site: dict[Path, _Page], where: str) -> None:
+    """The built site's search answers in headless Chromium, served over HTTP and opened from disk."""
+    import functools
+    import http.server
+    import threading
+
+    root = _site_root(site)
+    if where == "file":
+        hits = _search((root / "api.html").as_uri(), "SolverPool")
+    else:
+        handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+        handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            hits = _search(f"http://127.0.0.1:{server.server_address[1]}/api.html", "SolverPool")
+        finally:
+            server.shutdown()
+    assert any("parallel.html" in h for h in hits), hits  # the page about the pool is among the results
