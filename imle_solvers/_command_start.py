@@ -119,8 +119,10 @@ def guard(argv0: str | None = None, orig_argv: Sequence[str] | None = None) -> b
 
     Parameters
     ----------
-    argv0, orig_argv
-        The process's ``sys.argv[0]`` and ``sys.orig_argv`` (default: those of this process).
+    argv0
+        The process's ``sys.argv[0]`` (default: this process's).
+    orig_argv
+        The process's ``sys.orig_argv`` (default: this process's).
 
     Returns
     -------
