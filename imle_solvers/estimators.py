@@ -337,13 +337,28 @@ class PerturbedOptimizer(PerturbAndMAPLayer):
 
     @property
     def multiplicative(self) -> bool:
-        """Whether the perturbation is ``θ ⊙ exp(σZ − σ²/2)`` rather than ``θ + σZ``."""
+        """Whether the perturbation is ``θ ⊙ exp(σZ − σ²/2)`` rather than ``θ + σZ``; assigning it changes
+        the perturbation and the score together."""
         return self.rule.multiplicative  # type: ignore[attr-defined]
+
+    @multiplicative.setter
+    def multiplicative(self, multiplicative: bool) -> None:
+        self._score(multiplicative, self.variance_reduction)
 
     @property
     def variance_reduction(self) -> bool:
-        """Whether the score uses the leave-one-out baseline."""
+        """Whether the score uses the leave-one-out baseline (assignable)."""
         return self.rule.variance_reduction  # type: ignore[attr-defined]
+
+    @variance_reduction.setter
+    def variance_reduction(self, variance_reduction: bool) -> None:
+        self._score(self.multiplicative, variance_reduction)
+
+    def _score(self, multiplicative: bool, variance_reduction: bool) -> None:
+        """A new score estimator for these flags (checked as the constructor does), σ and noise kept."""
+        noise = self.rule.noise  # type: ignore[attr-defined]
+        _, score = _perturbation(self.sigma, noise, multiplicative, variance_reduction)
+        self.__dict__["_rule"] = score
 
     @property
     def noise(self) -> NoiseDistribution:

@@ -129,6 +129,9 @@ CASES: list[tuple[str, str, Callable[[], Any], Callable[[], MapOracle], torch.Te
     ("PerturbedOptimizer", "generator", lambda: gen(8), host, W),
     ("PerturbedOptimizer", "check_finite", lambda: False, lambda: TopK(2, M), W_NAN),
     ("PerturbedOptimizer", "oracle", lambda: EnumOracle(k_subsets(M, 3)), host, W),
+    ("PerturbedOptimizer", "noise_on", lambda: "costs", lambda: host("min"), W),
+    ("PerturbedOptimizer", "multiplicative", lambda: True, host, W),
+    ("PerturbedOptimizer", "variance_reduction", lambda: True, host, W),
 ]
 IDS = [f"{estimator}-{option}-{i}" for i, (estimator, option, *_rest) in enumerate(CASES)]
 
@@ -389,7 +392,6 @@ def test_perturbed_optimizer_noise_can_be_set_by_name_or_by_distribution() -> No
         (lambda: Blackbox(TopK(2, M)), "target_noise_scale"),
         (lambda: STE(TopK(2, M)), "noise_on"),
         (lambda: STE(TopK(2, M)), "target_noise_scale"),
-        (lambda: PerturbedOptimizer(TopK(2, M)), "noise_on"),
         (lambda: PerturbedOptimizer(TopK(2, M)), "target_noise_scale"),
         (lambda: IMLE(TopK(2, M)), "rule"),
     ],

@@ -63,10 +63,17 @@ CORE = frozenset(
         "_device",
         "_lazy",
         "_interrupt",
+        "_command_start",
         "testing",
     }
 )
 """The modules of the core (top-level modules of the package)."""
+
+ROOT_LAYER = frozenset(
+    {"cave", "contrastive", "frank_wolfe", "perturbation_gradient", "ranking", "solution_pool"}
+)
+"""Top-level modules of the root layer: the losses over solution pools and the linear forms of the adapters
+(they may import the core, the pool and the adapters, as the package's own ``__init__`` does)."""
 
 LAYERS = (
     "core",
@@ -199,6 +206,8 @@ def layer_of(module: str, package: str = "imle_solvers") -> str:
     top = module.removeprefix(package + ".").split(".")[0]
     if top in CORE:
         return "core"
+    if top in ROOT_LAYER:
+        return "root"
     assert top in LAYERS, f"{module}: give this new top-level module a layer in tests/test_layering.py"
     return top
 
