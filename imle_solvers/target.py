@@ -530,8 +530,8 @@ class AutoTarget(TargetDistribution):
         does not apply, and the weight of the linear rule is the declared one or ``prior``)."""
         theta = theta.expand_as(grad_z)
         step, _ = self._step(theta, torch.zeros_like(theta), grad_z)
-        empty = theta[:, :1] if theta.dim() >= 3 else theta  # one sample: nothing to tell from
-        _, minus, _ = self._sides(self.linear_weight(empty, grad_z[:, :1] if grad_z.dim() >= 3 else grad_z))
+        one = grad_z[:, :1]  # one sample (or entry): nothing tells the rules apart, the declared or prior
+        _, minus, _ = self._sides(self.linear_weight(one, one))
         return theta - minus * step
 
     def estimate(

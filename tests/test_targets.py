@@ -1033,3 +1033,22 @@ def test_cuda_default_target_needs_no_host_synchronisation() -> None:  # pragma:
     for linear in (False, True):
         grad_cuda = backward("cuda", linear)
         assert grad_cuda.abs().sum() > 0
+
+
+def test_norms_are_exact_for_zero_negative_huge_and_tiny_rows() -> None:
+    from imle_solvers.target import _norms
+
+    x = torch.tensor(
+        [
+            [0.0, 0.0, 0.0],  # zero: 0, not 0/0
+            [-3.0, -4.0, 0.0],  # every entry negative: the largest magnitude scales, not the largest entry
+            [3e300, 4e300, 0.0],  # the squares would overflow
+            [3e-300, -4e-300, 0.0],  # and underflow
+            [-1.0, 0.5, 0.25],
+        ],
+        dtype=torch.float64,
+    )
+    want = torch.tensor([0.0, 5.0, 5e300, 5e-300, (1.0 + 0.25 + 0.0625) ** 0.5], dtype=torch.float64)
+    torch.testing.assert_close(_norms(x), want, rtol=1e-15, atol=0.0)
+    assert _norms(x.reshape(5, 3, 1), keep=1).tolist() == _norms(x).tolist()  # over every trailing axis
+    assert _norms(torch.zeros(4, 0)).tolist() == [0.0] * 4

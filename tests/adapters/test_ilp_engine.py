@@ -142,3 +142,24 @@ def test_every_back_end_is_an_engine_behind_the_same_oracle(backend: str) -> Non
     assert isinstance(outcome, Outcome) and outcome.status == "optimal"
     assert [round(v) for v in outcome.values or []][:3] == [0, 1, 0]
     assert ilp.solve(np.array([0.0, 2.0, -1.0])).tolist() == [0.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("costs", "scaled"),
+    [
+        ([-12.0, 1.0], [-0.75, 0.0625]),  # the largest magnitude sets the power (here a negative cost)
+        ([1.0], [0.5]),  # 1 = 0.5 · 2¹: scaled too
+        ([0.75, -0.5], [0.75, -0.5]),  # already in [1/2, 1)
+        ([3e300, -1e-300], [3e300 * 2.0**-999, 0.0]),  # 2^-999: the tiny cost becomes 0
+        ([0.0, 0.0], [0.0, 0.0]),  # nothing to scale, no 0/0
+    ],
+)
+def test_costs_are_scaled_by_the_power_of_two_of_their_largest_magnitude(
+    costs: list[float], scaled: list[float]
+) -> None:
+    from imle_solvers.adapters.ilp._engine import scaled_costs
+
+    out = scaled_costs(np.array(costs))
+    assert out.tolist() == scaled  # exact: a power of two moves exponents only
+    top = np.abs(out).max()
+    assert top == 0.0 or 0.5 <= top < 1.0

@@ -55,5 +55,5 @@ def test_the_tsp_snippet_runs_without_pyepo_s_own_solves() -> None:
         optmodel.setObj(cost.numpy())  # type: ignore[attr-defined]
         best, value = optmodel.solve()  # type: ignore[attr-defined]
         assert abs(float((cost * tour).sum()) - value) <= 1e-4 * abs(value)  # CP-SAT's tour is optimal
-    warning = page[page.index('!!! warning "PyEPO\'s `optDataset`') :][:700]
+    warning = page[page.index("!!! warning \"PyEPO's `optDataset`") :][:700]
     assert "about 1 s per 20-node tour" in warning and "15-20 minutes" in warning
