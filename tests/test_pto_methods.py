@@ -33,6 +33,7 @@ from imle_solvers import (
 )
 from imle_solvers.adapters import DAGShortestPath, TorchKnapsack
 from imle_solvers.adapters.binding import UnsupportedOracleError, binding_constraints
+from imle_solvers.errors import InvalidWeightsError
 from imle_solvers.frank_wolfe import frank_wolfe
 from imle_solvers.oracle import map_solve
 
@@ -434,6 +435,36 @@ def test_cave_hybrid_branch_and_argument_checks() -> None:
         loss(c)
     with pytest.raises(ValueError, match="constraints"):
         loss(c, constraints=torch.zeros(2, 3))
+    with pytest.raises(InvalidWeightsError, match=r"constraints must be a \(N, R, m\)"):
+        loss(c, constraints=np.zeros((2, 1, oracle.n_vars)))  # an array, not a tensor: the same error
+    bad = c.clone()
+    bad[1, 0] = float("nan")
+    with pytest.raises(InvalidWeightsError, match="row 1"):
+        loss(bad, z)  # before any projection
+
+
+def test_cave_hybrid_target_is_the_blend_of_the_unit_prediction_and_the_mean_normal() -> None:
+    from imle_solvers import CaVELoss
+    from imle_solvers.adapters.binding import binding_constraints
+
+    oracle = DAGShortestPath.grid(3, 3)
+    gen = torch.Generator().manual_seed(2)
+    c = 3.0 * torch.rand(3, oracle.n_vars, generator=gen, dtype=torch.float64)
+    c[2] = 0.0  # a zero prediction: its unit vector is 0, not 0/0
+    z = oracle.solve_torch(c + torch.rand(3, oracle.n_vars, generator=gen, dtype=torch.float64))
+    r = 0.3
+    loss = CaVELoss(oracle, solve_ratio=0.0, inner_ratio=r, reduction="none")
+    theta = -c  # a "min" oracle
+    expected = []
+    for t, y in zip(theta, z):
+        normals = torch.as_tensor(binding_constraints(oracle, y))
+        units = normals / normals.norm(dim=1, keepdim=True)
+        norm = t.norm()
+        target = (1 - r) * (t / norm if norm > 0 else t) + r * units.mean(0)
+        expected.append(1 - torch.nn.functional.cosine_similarity(t, target, dim=0))
+    out = loss(c, z)
+    torch.testing.assert_close(out, torch.stack(expected))
+    assert torch.isfinite(out).all()
 
 
 # ---------------------------------------------------------------- the command
