@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.paths import ROOT
 
 # Hide an installed Triton from the import system, as if it were not installed: find_spec gives None and
@@ -45,6 +47,7 @@ print(len(names))
     assert int(done.stdout.split()[-1]) > 100
 
 
+@pytest.mark.slow  # a whole collection in a fresh interpreter (half a minute); the imports are checked above
 def test_the_triton_tests_collect_and_skip_without_triton() -> None:
     done = _run(
         """

@@ -49,11 +49,12 @@ def test_the_tsp_snippet_runs_without_pyepo_s_own_solves() -> None:
     scope: dict[str, object] = {}
     exec(snippet.replace("genData(1000,", "genData(6,"), scope)  # fewer instances, same code
     train, oracle = scope["train"], scope["oracle"]
+    assert train.oracle is oracle and type(oracle).__name__ == "TravellingSalesperson"  # type: ignore[attr-defined]
     assert len(train) == 6 and train.solutions.sum(1).tolist() == [20.0] * 6  # type: ignore[attr-defined]
     optmodel = scope["optmodel"]
     for cost, tour in zip(train.costs[:2], train.solutions[:2]):  # type: ignore[attr-defined]
         optmodel.setObj(cost.numpy())  # type: ignore[attr-defined]
-        best, value = optmodel.solve()  # type: ignore[attr-defined]
+        _, value = optmodel.solve()  # type: ignore[attr-defined]
         assert abs(float((cost * tour).sum()) - value) <= 1e-4 * abs(value)  # CP-SAT's tour is optimal
     warning = page[page.index("!!! warning \"PyEPO's `optDataset`") :][:700]
     assert "about 1 s per 20-node tour" in warning and "15-20 minutes" in warning

@@ -33,10 +33,13 @@ def test_tutorial_is_a_notebook(path: Path) -> None:
     assert "__main__" not in text  # cells run top to bottom, as in a notebook
 
 
-@pytest.mark.timeout(
-    150
-)  # a fresh interpreter each; the TSP tutorial starts a process pool and a Dask cluster
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+# the TSP tutorial starts a process pool and a Dask cluster in a fresh interpreter (about a minute):
+# `make test-slow` runs it; tests/pool/test_pool_scripts.py keeps the unguarded-script case in the default run
+RUNS = [pytest.param(p, marks=pytest.mark.slow) if p.stem == "tutorial_tsp" else p for p in TUTORIALS]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.stem)
 def test_tutorial_runs_the_obvious_way(
     path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

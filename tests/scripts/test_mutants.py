@@ -174,6 +174,7 @@ def test_count():
 """
 
 
+@pytest.mark.slow  # a whole round in copies of the repository (half a minute)
 @pytest.mark.timeout(120)
 def test_a_round_kills_survives_times_out_and_leaves_the_repository_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
