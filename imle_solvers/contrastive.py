@@ -22,7 +22,17 @@ from .solution_pool import SolutionPoolLoss
 __all__ = ["CMAPLoss", "NCELoss"]
 
 
-class NCELoss(SolutionPoolLoss):
+class _ContrastiveLoss(SolutionPoolLoss):
+    """The gaps ``⟨θ̂, w − y⟩`` of every pool state against the optimal state, shared by NCE and CMAP."""
+
+    def _gaps(self, weights_pred: torch.Tensor, optimal: torch.Tensor) -> torch.Tensor:
+        pool = self._pool_states(weights_pred)  # W   [K, m]
+        y = self._weights("optimal", optimal, weights_pred)  # y   [N, m]
+        theta = sense_sign(self.oracle) * weights_pred.reshape(-1, self.oracle.n_vars)  # θ̂   [N, m]
+        return theta @ pool.T - (theta * y).sum(-1, keepdim=True)  # ⟨θ̂, w − y⟩   [N, K]
+
+
+class NCELoss(_ContrastiveLoss):
     """Noise-contrastive estimation over a solution pool (Mulamba et al., IJCAI 2021, eq. 6 as PyEPO has it).
 
     ``ℓ(θ̂, y) = mean_{w ∈ Γ} ⟨θ̂, w − y⟩``: for a ``"min"`` oracle, ``mean_w ⟨ĉ, y⟩ − ⟨ĉ, w⟩``. Takes
@@ -37,14 +47,10 @@ class NCELoss(SolutionPoolLoss):
 
     def forward(self, weights_pred: torch.Tensor, optimal: torch.Tensor) -> torch.Tensor:
         """NCE of ``(..., m)`` predicted weights against optimal states ``y`` of the same shape."""
-        pool = self._pool_states(weights_pred)  # W   [K, m]
-        y = self._weights("optimal", optimal, weights_pred)  # y   [N, m]
-        theta = sense_sign(self.oracle) * weights_pred.reshape(-1, self.oracle.n_vars)  # θ̂   [N, m]
-        gaps = theta @ pool.T - (theta * y).sum(-1, keepdim=True)  # ⟨θ̂, w − y⟩   [N, K]
-        return self._finish(gaps.mean(1), weights_pred)
+        return self._finish(self._gaps(weights_pred, optimal).mean(1), weights_pred)  # mean over Γ
 
 
-class CMAPLoss(SolutionPoolLoss):
+class CMAPLoss(_ContrastiveLoss):
     """Contrastive MAP over a solution pool (Mulamba et al., IJCAI 2021, eq. 8): the hardest negative only.
 
     ``ℓ(θ̂, y) = max_{w ∈ Γ} ⟨θ̂, w − y⟩``: for a ``"min"`` oracle, ``⟨ĉ, y⟩ − min_{w ∈ Γ} ⟨ĉ, w⟩``. Takes
@@ -59,8 +65,4 @@ class CMAPLoss(SolutionPoolLoss):
 
     def forward(self, weights_pred: torch.Tensor, optimal: torch.Tensor) -> torch.Tensor:
         """Contrastive MAP of ``(..., m)`` predicted weights against optimal states of the same shape."""
-        pool = self._pool_states(weights_pred)  # W   [K, m]
-        y = self._weights("optimal", optimal, weights_pred)  # y   [N, m]
-        theta = sense_sign(self.oracle) * weights_pred.reshape(-1, self.oracle.n_vars)  # θ̂   [N, m]
-        gaps = theta @ pool.T - (theta * y).sum(-1, keepdim=True)  # ⟨θ̂, w − y⟩   [N, K]
-        return self._finish(gaps.amax(1), weights_pred)
+        return self._finish(self._gaps(weights_pred, optimal).amax(1), weights_pred)  # max over Γ
