@@ -15,6 +15,7 @@ ImleSolversError
 ├── NegativeCycleError                              shortest path with a negative cycle
 ├── WorkerCrashedError                              a pool worker died mid-call
 ├── InvalidSolutionError                            a solver's state violates the declared model
+├── SolverLicenseError                              the solver's licence does not cover the model
 ├── MissingExtraError        (also an ImportError)  an optional solver extra is not installed
 ├── ConfigError              (also a ValueError)    a command's setting that cannot work
 ├── DataError                (also a ValueError)    a data set on disk that is not in its format
@@ -40,6 +41,7 @@ __all__ = [
     "MissingExtraError",
     "NegativeCycleError",
     "OutputError",
+    "SolverLicenseError",
     "SolverTimeoutError",
     "UnboundedError",
     "UnprovenSolutionWarning",
@@ -146,6 +148,15 @@ class InvalidSolutionError(ImleSolversError):
 
     violation: float = 0.0
     """By how much the state violates it."""
+
+
+class SolverLicenseError(ImleSolversError):
+    """The solver's licence does not cover this model.
+
+    Gurobi's size-limited licence (the one ``pip install gurobipy`` brings, no licence file) solves models
+    of at most 2,000 variables and 2,000 linear constraints; a larger model is refused when its oracle is
+    made, naming its size and the other back ends.
+    """
 
 
 class MissingExtraError(ImleSolversError, ImportError):

@@ -36,7 +36,8 @@ from tests.support.paths import ROOT
 # every test solves with CP-SAT, CBC or HiGHS: none may hang the suite (subprocess tests set their own)
 pytestmark = pytest.mark.timeout(30)
 
-BACKENDS = ["cpsat", "cbc", "highs"]
+BACKENDS = ["cpsat", "cbc", "highs", "gurobi", "scip"]
+MIP_BACKENDS = ["cbc", "highs", "gurobi", "scip"]  # the floating-point branch-and-bound solvers
 
 
 def _knapsack(rng: np.random.Generator, n: int) -> dict[str, object]:
@@ -45,7 +46,7 @@ def _knapsack(rng: np.random.Generator, n: int) -> dict[str, object]:
 
 
 def _agree(kwargs: dict[str, object], m: int, w: np.ndarray) -> None:
-    """The three back ends reach the same optimal objective (states may differ on ties)."""
+    """Every back end reaches the same optimal objective (states may differ on ties)."""
     values = []
     for backend in BACKENDS:
         oracle = ILP(m, backend=backend, **kwargs)  # type: ignore[arg-type]
@@ -187,7 +188,25 @@ def test_bounds_forms_and_integrality_mask() -> None:
         ({"c_size": 3, "integer": [True, False]}, "mask"),
         ({"c_size": 2, "integer": np.array([1.0, 0.0])}, r"boolean mask, got shape \(2,\) and dtype float64"),
         ({"c_size": 3, "sense": "maximize"}, "sense"),
-        ({"c_size": 3, "backend": "gurobi"}, "backend"),
+        ({"c_size": 3, "backend": "xpress"}, "backend"),
+        # options a back end does not take: refused, naming the option and what the back end takes
+        (
+            {"c_size": 3, "backend": "highs", "resolution": 4.0},
+            r"resolution= does not apply to backend='highs'",
+        ),
+        ({"c_size": 3, "backend": "cbc", "workers": 2}, r"workers= does not apply to backend='cbc'"),
+        (
+            {"c_size": 3, "backend": "gurobi", "hint": True},
+            r"hint= does not apply to backend='gurobi', which",
+        ),
+        (
+            {"c_size": 3, "backend": "cpsat", "parameters": {"nope": 1}},
+            "'nope' is not a field of CP-SAT's SatParameters",
+        ),
+        ({"c_size": 3, "backend": "gurobi", "parameters": {"MIPGap": -1.0}}, "Gurobi refuses MIPGap=-1.0"),
+        ({"c_size": 3, "backend": "gurobi", "workers": 0}, "workers"),
+        ({"c_size": 3, "backend": "scip", "parameters": {"limits/time": -3}}, "SCIP refuses limits/time=-3"),
+        ({"c_size": 3, "backend": "scip", "workers": 4}, "workers must be 1 with backend='scip'"),
         ({"c_size": 3, "time_limit": -1.0}, "time_limit"),
         ({"c_size": 3, "integer": False, "backend": "cpsat"}, "continuous"),
         ({"c_size": 3, "bounds": (0, None), "backend": "cpsat"}, "finite bounds"),
@@ -211,7 +230,7 @@ def test_bounds_forms_and_integrality_mask() -> None:
                 {"c_size": 2, "A_ub": [[1, 1], [1, 0]], "b_ub": [1, -np.inf], "backend": b},
                 r"b_ub\[1\] is -inf",
             )
-            for b in ("cpsat", "cbc", "highs")
+            for b in BACKENDS
         ],
     ],
 )
@@ -234,7 +253,7 @@ def test_infeasible_and_batch_rows(backend: str) -> None:
         no_integer.solve(np.ones(2))
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])
+@pytest.mark.parametrize("backend", MIP_BACKENDS)
 def test_unbounded(backend: str) -> None:
     oracle = ILP(2, A_ub=[[1, -1]], b_ub=[1], bounds=(None, None), backend=backend)  # type: ignore[arg-type]
     with pytest.raises(UnboundedError):
@@ -260,7 +279,7 @@ def test_weight_errors_name_rows(backend: str) -> None:
         oracle.solve(np.zeros(4))
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])  # CP-SAT: tests/adapters/test_cpsat.py
+@pytest.mark.parametrize("backend", MIP_BACKENDS)  # CP-SAT: tests/adapters/test_cpsat.py
 def test_time_limit_without_a_feasible_state(backend: str) -> None:
     A, b = market_split()
     oracle = ILP(A.shape[1], A_eq=A, b_eq=b, backend=backend, time_limit=0.01)  # type: ignore[arg-type]
@@ -268,7 +287,7 @@ def test_time_limit_without_a_feasible_state(backend: str) -> None:
         oracle.solve(np.ones(A.shape[1]))
 
 
-@pytest.mark.parametrize("backend", ["cbc", "highs"])
+@pytest.mark.parametrize("backend", MIP_BACKENDS)
 def test_time_limit_with_unproven_state(backend: str) -> None:
     A = independent_set()
     n = A.shape[1]
@@ -390,7 +409,8 @@ from imle_solvers import ILP
 
 A, b = market_split(5, 40)
 w = np.random.default_rng(0).normal(size=40)
-oracles = {name: ILP(40, A_eq=A, b_eq=b, backend=name) for name in ("cpsat", "highs", "cbc")}
+names = ("cpsat", "highs", "gurobi", "scip", "cbc")
+oracles = {name: ILP(40, A_eq=A, b_eq=b, backend=name) for name in names}
 
 
 def ctrl_c(after):
@@ -445,7 +465,7 @@ _THREADS = (
     + """
 from concurrent.futures import ThreadPoolExecutor
 
-pool = ThreadPoolExecutor(3)
+pool = ThreadPoolExecutor(5)
 futures = [pool.submit(oracle.solve, w) for oracle in oracles.values()]
 print(os.getpid(), flush=True)
 ctrl_c(0.5)
@@ -488,14 +508,22 @@ def test_ctrl_c_interrupts_in_process_solves_and_cbc_dies_with_its_owner() -> No
     )
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline().split() for _ in range(5)]
-        assert lines[:4] == [
+        lines: list[list[str]] = []
+        for raw in proc.stdout:  # Gurobi also prints "Interrupt request received" when Ctrl-C stops it
+            words = raw.split()
+            if words and words[0] != "Interrupt":
+                lines.append(words)
+            if len(lines) == 7:
+                break
+        assert lines[:6] == [
             ["cpsat", "interrupted", "True"],
             ["highs", "interrupted", "True"],
+            ["gurobi", "interrupted", "True"],
+            ["scip", "interrupted", "True"],
             ["cbc", "interrupted", "True"],
             ["ok"],
         ], lines
-        owner, *children = (int(p) for p in lines[4])
+        owner, *children = (int(p) for p in lines[6])
         assert children and all(_alive(c) for c in children)
         proc.kill()  # SIGKILL: no cleanup code runs in the owner
         proc.wait(timeout=30)
@@ -543,15 +571,15 @@ def test_stop_solves_stops_solves_on_threads_through_the_solvers_apis() -> None:
 
     A, b = market_split(5, 40)
     w = np.random.default_rng(0).normal(size=40)
-    oracles = [ILP(40, A_eq=A, b_eq=b, backend=name) for name in ("cpsat", "highs", "cbc")]
-    with ThreadPoolExecutor(3) as pool:
+    oracles = [ILP(40, A_eq=A, b_eq=b, backend=name) for name in ("cpsat", "highs", "gurobi", "scip", "cbc")]
+    with ThreadPoolExecutor(5) as pool:
         futures = [pool.submit(o.solve, w) for o in oracles]
         deadline = time.monotonic() + 10
         while not _cbc_of(os.getpid()) and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.2)
         t0 = time.perf_counter()
-        assert stop_solves() == 3  # what a pool giving up on its threads (or the interpreter's exit) calls
+        assert stop_solves() == 5  # what a pool giving up on its threads (or the interpreter's exit) calls
         for future in futures:
             with pytest.raises(ImleSolversError, match="stopped"):
                 future.result(timeout=10)
@@ -616,7 +644,7 @@ def test_every_state_is_checked_against_the_declared_model(backend: str) -> None
     stricter = FeasibilityCheck(LinearForm.from_matrices(3, A_ub=[[1, 1, 1]], b_ub=[1]))
     ilp.oracle._check = stricter  # type: ignore[attr-defined]
     with pytest.raises(InvalidSolutionError, match="constraint row 0 is violated") as info:
-        ilp.solve_batch(np.array([[0.0, 0.0, -1.0], [1.0, 1.0, 1.0]]))
+        ilp.solve_batch(np.array([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]))  # row 0: z = 0, a unique optimum
     assert info.value.rows == (1,) and info.value.constraint == 0 and info.value.violation == 1.0
 
 

@@ -100,13 +100,7 @@ class HighsEngine:
             self._complain(h.changeColsIntegrality(cols.size, cols, kinds), ok, "the integrality", log)
         A = form.A
         if form.n_rows:
-            top = np.zeros(form.n_rows)
-            np.maximum.at(top, np.repeat(np.arange(form.n_rows), np.diff(A.indptr)), np.abs(A.data))
-            top[top == 0] = 1.0
-            scale = np.exp2(-np.round(np.log2(top)))  # 2^-k: exact   [rows]
-            data = A.data * np.repeat(scale, np.diff(A.indptr))
-            with np.errstate(invalid="ignore"):
-                lb, ub = form.row_lb * scale, form.row_ub * scale
+            data, lb, ub = form.power_of_two_rows()  # rows scaled exactly to a largest |a| ≈ 1
             self._complain(
                 h.addRows(
                     form.n_rows,

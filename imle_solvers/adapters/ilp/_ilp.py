@@ -1,4 +1,4 @@
-"""`ILP`: declare an integer linear programme, get a MAP oracle on CP-SAT, CBC or HiGHS.
+"""`ILP`: declare an integer linear programme, get a MAP oracle on CP-SAT, CBC, HiGHS, Gurobi or SCIP.
 
 ``ILP`` is the set ``C = {z : A_ub z ≤ b_ub, A_eq z = b_eq, lb ≤ z ≤ ub, z_j ∈ ℤ for integer j}`` of the
 paper's constrained exponential family (eq. 1); its MAP oracle (eq. 3) solves ``min_{z ∈ C} ⟨c, z⟩``
@@ -20,8 +20,16 @@ from ._linear import LinearForm
 
 __all__ = ["ILP"]
 
-Backend = Literal["cpsat", "cbc", "highs"]
-_BACKENDS = ("cpsat", "cbc", "highs")
+Backend = Literal["cpsat", "cbc", "highs", "gurobi", "scip"]
+_BACKENDS = ("cpsat", "cbc", "highs", "gurobi", "scip")
+_OPTIONS = {
+    "cpsat": ("resolution", "workers", "hint", "parameters", "expected_nonzeros"),
+    "cbc": ("expected_nonzeros",),
+    "highs": ("expected_nonzeros",),
+    "gurobi": ("workers", "parameters", "expected_nonzeros"),
+    "scip": ("workers", "parameters", "expected_nonzeros"),
+}
+"""The keyword options each back end takes (`ILP`'s ``**options``)."""
 
 
 class ILP(MapOracle):
@@ -52,7 +60,9 @@ class ILP(MapOracle):
         ``"min"`` (weights are costs, the default) or ``"max"`` (weights are scores).
     backend
         ``"cpsat"`` (OR-Tools CP-SAT; integer variables, finite bounds; rational coefficients are
-        scaled to integers), ``"cbc"`` (PuLP's CBC) or ``"highs"`` (HiGHS through ``highspy``).
+        scaled to integers), ``"cbc"`` (PuLP's CBC), ``"highs"`` (HiGHS through ``highspy``),
+        ``"gurobi"`` (Gurobi through ``gurobipy``, extra ``gurobi``; without a licence file up to 2,000
+        variables and 2,000 constraints) or ``"scip"`` (SCIP through ``pyscipopt``, extra ``scip``).
     time_limit
         Seconds per solve, or ``None``.
     strict
@@ -60,7 +70,10 @@ class ILP(MapOracle):
         warning, ``True`` raises [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     **options
         Passed to the back end's oracle: ``resolution=``, ``workers=``, ``hint=`` or ``parameters=`` for
-        CP-SAT (see [`CPSATOracle`][imle_solvers.CPSATOracle]), ``expected_nonzeros=`` for any.
+        CP-SAT (see [`CPSATOracle`][imle_solvers.CPSATOracle]); ``workers=`` (threads) and
+        ``parameters=`` (the solver's own, by name) for Gurobi and SCIP (see
+        [`PulpOracle`][imle_solvers.PulpOracle]); ``expected_nonzeros=`` for any. An option the back end
+        does not take raises ``ValueError``.
 
     Attributes
     ----------
@@ -80,7 +93,10 @@ class ILP(MapOracle):
         HiGHS: coefficients of one row too far apart in magnitude); the message names the row or
         variable.
     MissingExtraError
-        When the back end's package is not installed (extra ``cpsat`` or ``pulp``).
+        When the back end's package is not installed (extra ``cpsat``, ``pulp``, ``gurobi`` or ``scip``).
+    SolverLicenseError
+        ``"gurobi"`` on a model beyond its licence (the size-limited one: more than 2,000 variables or
+        constraints).
 
     Notes
     -----
@@ -107,6 +123,8 @@ class ILP(MapOracle):
     * Google OR-Tools, "CP-SAT Solver", <https://developers.google.com/optimization/cp/cp_solver>.
     * COIN-OR CBC (branch and cut), <https://github.com/coin-or/Cbc>.
     * HiGHS, high-performance linear and mixed-integer optimisation, <https://highs.dev/>.
+    * Gurobi Optimizer reference manual, <https://docs.gurobi.com/projects/optimizer/en/current/>.
+    * Bolusani et al., "The SCIP Optimization Suite 9.0", 2024, <https://arxiv.org/abs/2402.17702>.
 
     Examples
     --------
@@ -148,6 +166,12 @@ class ILP(MapOracle):
     ) -> None:
         one_of("sense", sense, ("max", "min"))
         one_of("backend", backend, _BACKENDS)
+        for name in options:
+            if name not in _OPTIONS[backend]:
+                raise ValueError(
+                    f"{name}= does not apply to backend={backend!r}, which takes "
+                    f"{', '.join(o + '=' for o in _OPTIONS[backend])}"
+                )
         if time_limit is not None:
             positive("time_limit", time_limit)  # seconds
         oracle: EngineOracle
@@ -200,8 +224,8 @@ class ILP(MapOracle):
         sense
             Default: the problem's sense.
         backend
-            ``"cbc"`` (default), ``"highs"`` or ``"cpsat"`` (integer variables with finite bounds only), as
-            for [`ILP`][imle_solvers.ILP].
+            ``"cbc"`` (default), ``"highs"``, ``"gurobi"``, ``"scip"`` or ``"cpsat"`` (integer variables
+            with finite bounds only), as for [`ILP`][imle_solvers.ILP].
         time_limit
             Seconds per solve, or ``None``.
         strict

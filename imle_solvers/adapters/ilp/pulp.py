@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..._checks import one_of, positive
+from ..._checks import one_of, positive, positive_int
 from ...errors import require
 from ._cbc import CbcEngine
 from ._check import FeasibilityCheck
@@ -29,7 +29,21 @@ from ._engine import Engine, EngineOracle, Outcome
 from ._highs import HighsEngine
 from ._linear import LinearForm
 
-__all__ = ["PulpEngine", "PulpOracle"]
+__all__ = ["SOLVERS", "PulpEngine", "PulpOracle"]
+
+SOLVERS = ("cbc", "highs", "gurobi", "scip")
+"""The solvers [`PulpOracle`][imle_solvers.PulpOracle] (and [`ILP`][imle_solvers.ILP]) name by string."""
+_TUNABLE = ("gurobi", "scip")  # the solvers that take ``workers`` and ``parameters``
+
+
+def _no_tuning(solver: str, workers: int | None, parameters: dict[str, Any] | None) -> None:
+    """``ValueError`` for ``workers`` or ``parameters`` given to a solver that does not take them."""
+    for name, value in (("workers", workers), ("parameters", parameters)):
+        if value is not None:
+            raise ValueError(
+                f"{name}= applies to the solvers {' and '.join(map(repr, _TUNABLE))} only, not to "
+                f"{solver!r} (got {name}={value!r})"
+            )
 
 
 class PulpEngine:
@@ -89,7 +103,9 @@ class PulpOracle(EngineOracle):
         the problem are auxiliary (objective coefficient 0).
     solver
         ``"cbc"`` (default; PuLP's bundled CBC, fed a model file per call), ``"highs"`` (a ``highspy``
-        model kept in memory) or any PuLP solver object (used through ``problem.solve``).
+        model kept in memory), ``"gurobi"`` (a ``gurobipy`` model kept in memory, extra ``gurobi``),
+        ``"scip"`` (a ``pyscipopt`` model kept in memory, extra ``scip``) or any PuLP solver object (used
+        through ``problem.solve``).
     sense
         ``"min"`` or ``"max"``; default: the problem's own sense.
     time_limit
@@ -99,6 +115,13 @@ class PulpOracle(EngineOracle):
         raises [`SolverTimeoutError`][imle_solvers.errors.SolverTimeoutError].
     expected_nonzeros
         ``⟨z, 1⟩`` if known; default: estimated from the constraints where possible.
+    workers
+        Threads per solve, ``"gurobi"`` only (Gurobi's ``Threads``, default 1: a
+        [`SolverPool`][imle_solvers.SolverPool] parallelises across instances); ``"scip"`` takes 1 only.
+    parameters
+        The solver's own parameters by name, ``"gurobi"`` (``{"Presolve": 2}``) and ``"scip"``
+        (``{"presolving/maxrounds": 0}``) only; each is set when the oracle is made, so an unknown name
+        or a value out of range raises ``ValueError`` there.
 
     Notes
     -----
@@ -111,8 +134,15 @@ class PulpOracle(EngineOracle):
     CBC runs as a child process per call, killed on Ctrl-C and when this process dies (Linux); its
     files live in a scratch directory of their own, removed when the call ends.
 
-    The oracle pickles without its ``highspy`` model, which is rebuilt on first use in the receiving
-    process.
+    The costs reach the solver scaled by the power of two that brings ``max|c|`` into ``[1, 2)`` (exact:
+    the same optimal states), so costs from ``1e-300`` to ``1e308`` are solved alike.
+
+    Gurobi's size-limited licence (``pip install gurobipy`` without a licence file) solves models of at
+    most 2,000 variables and 2,000 constraints; a larger one raises
+    [`SolverLicenseError`][imle_solvers.errors.SolverLicenseError] when the oracle is made.
+
+    The oracle pickles without its ``highspy``, ``gurobipy`` or ``pyscipopt`` model, which is rebuilt on
+    first use in the receiving process (and in each thread).
 
     References
     ----------
@@ -121,6 +151,8 @@ class PulpOracle(EngineOracle):
     * PuLP documentation, <https://coin-or.github.io/pulp/>.
     * COIN-OR CBC (branch and cut), <https://github.com/coin-or/Cbc>.
     * HiGHS, high-performance linear and mixed-integer optimisation, <https://highs.dev/>.
+    * Gurobi Optimizer reference manual, <https://docs.gurobi.com/projects/optimizer/en/current/>.
+    * Bolusani et al., "The SCIP Optimization Suite 9.0", 2024, <https://arxiv.org/abs/2402.17702>.
 
     Examples
     --------
@@ -142,6 +174,8 @@ class PulpOracle(EngineOracle):
         time_limit: float | None = None,
         strict: bool = False,
         expected_nonzeros: float | None = None,
+        workers: int | None = None,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         pulp: Any = require("pulp", "pulp")
         form = LinearForm.from_pulp(problem, variables)
@@ -150,9 +184,13 @@ class PulpOracle(EngineOracle):
         engine: Engine | None = None
         if not isinstance(solver, str):
             if not isinstance(solver, pulp.LpSolver):
-                raise TypeError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
+                raise TypeError(
+                    f"solver must be one of {', '.join(map(repr, SOLVERS))} or a pulp solver object, "
+                    f"got {solver!r}"
+                )
+            _no_tuning(type(solver).__name__, workers, parameters)
             engine = PulpEngine(problem, form.names, solver)
-        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine)
+        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, engine, workers, parameters)
 
     def _init(
         self,
@@ -163,19 +201,43 @@ class PulpOracle(EngineOracle):
         strict: bool,
         expected_nonzeros: float | None,
         engine: Engine | None = None,
+        workers: int | None = None,
+        parameters: dict[str, Any] | None = None,
     ) -> None:
         one_of("sense", sense, ("max", "min"))
         if time_limit is not None:
             positive("time_limit", time_limit)  # seconds
         if engine is None:
+            if not isinstance(solver, str) or solver not in SOLVERS:
+                raise ValueError(
+                    f"solver must be one of {', '.join(map(repr, SOLVERS))} or a pulp solver object, "
+                    f"got {solver!r}"
+                )
+            if solver in _TUNABLE:
+                if workers is not None:
+                    positive_int("workers", workers)
+                if parameters is not None and not isinstance(parameters, dict):
+                    raise TypeError(f"parameters must be a dict of {solver} parameters, got {parameters!r}")
+                tuning: dict[str, Any] = {
+                    "workers": 1 if workers is None else int(workers),
+                    "parameters": parameters,
+                }
+            else:
+                _no_tuning(solver, workers, parameters)
             if solver == "cbc":
                 require("pulp", "pulp")
                 engine = CbcEngine(form, time_limit)
             elif solver == "highs":
                 require("highspy", "pulp")
                 engine = HighsEngine(form, time_limit)
+            elif solver == "gurobi":
+                from ._gurobi import GurobiEngine
+
+                engine = GurobiEngine(form, time_limit, **tuning)
             else:
-                raise ValueError(f"solver must be 'cbc', 'highs' or a pulp solver object, got {solver!r}")
+                from ._scip import ScipEngine
+
+                engine = ScipEngine(form, time_limit, **tuning)
         self.sense = sense  # type: ignore[assignment]
         self.n_vars = form.n_vars
         self.expected_nonzeros = form.expected_nonzeros() if expected_nonzeros is None else expected_nonzeros
@@ -197,10 +259,12 @@ class PulpOracle(EngineOracle):
         time_limit: float | None = None,
         strict: bool = False,
         expected_nonzeros: float | None = None,
+        workers: int | None = None,
+        parameters: dict[str, Any] | None = None,
     ) -> PulpOracle:
         """An oracle on an already validated `LinearForm` (used by [`ILP`][imle_solvers.ILP])."""
         self = cls.__new__(cls)
-        self._init(form, solver, sense, time_limit, strict, expected_nonzeros)
+        self._init(form, solver, sense, time_limit, strict, expected_nonzeros, None, workers, parameters)
         return self
 
     def __repr__(self) -> str:
