@@ -32,7 +32,9 @@ NODES_MAX = 1000
 need minutes or more for one tour long before this size; the bound refuses a size that could not even be
 built (10⁶ nodes would hold 5·10¹¹ weights)."""
 
-Backend = Literal["cpsat", "highs", "cbc"]
+Backend = Literal["cpsat", "highs", "cbc", "gurobi", "scip"]
+ILP_BACKENDS: tuple[str, ...] = ("highs", "cbc", "gurobi", "scip")
+"""The back ends that solve the TSP as an [`ILP`][imle_solvers.ILP] (`tsp_ilp`)."""
 Formulation = Literal["flow", "mtz"]
 
 _CIRCUIT_PARAMETERS: dict[str, Any] = {**CPSATOracle.DEFAULT_PARAMETERS, "linearization_level": 2}
@@ -121,9 +123,9 @@ class TravellingSalesperson(MapOracle):
         ``3 ≤ n ≤`` `NODES_MAX`, the number of nodes (``m = n (n − 1) / 2`` weights).
     backend
         ``"cpsat"`` (default): OR-Tools CP-SAT on its circuit constraint, each edge's cost on both of its
-        arcs; one model per thread, built once, each call rewrites the objective coefficients. ``"highs"``
-        or ``"cbc"``: the same problem declared as an [`ILP`][imle_solvers.ILP] (see `tsp_ilp`) and solved
-        through PuLP's model of it (extra ``pulp``).
+        arcs; one model per thread, built once, each call rewrites the objective coefficients. ``"highs"``,
+        ``"cbc"``, ``"gurobi"`` or ``"scip"``: the same problem declared as an [`ILP`][imle_solvers.ILP]
+        (see `tsp_ilp`) on that back end (extra ``pulp``, and ``gurobi`` or ``scip``).
     formulation
         Subtour elimination of the ILP back ends: ``"flow"`` (single-commodity flow, Gavish-Graves on
         undirected edges, the default) or ``"mtz"`` (Miller-Tucker-Zemlin on directed arcs). Ignored by
@@ -201,7 +203,7 @@ class TravellingSalesperson(MapOracle):
         parameters: dict[str, Any] | None = None,
     ) -> None:
         n = _nodes(n_nodes)
-        one_of("backend", backend, ("cpsat", "highs", "cbc"))
+        one_of("backend", backend, ("cpsat", *ILP_BACKENDS))
         one_of("formulation", formulation, ("flow", "mtz"))
         if time_limit is not None:
             positive("time_limit", time_limit)  # seconds
@@ -287,7 +289,7 @@ def tsp_ilp(
     n_nodes: int,
     formulation: Formulation = "flow",
     *,
-    backend: Literal["highs", "cbc"] = "highs",
+    backend: Literal["highs", "cbc", "gurobi", "scip"] = "highs",
     time_limit: float | None = 60.0,
     strict: bool = False,
 ) -> Any:
@@ -311,8 +313,9 @@ def tsp_ilp(
     formulation
         ``"flow"`` (default) or ``"mtz"``.
     backend
-        ``"highs"`` (default) or ``"cbc"``: the auxiliary columns are continuous, which CP-SAT does not take
-        (use [`TravellingSalesperson`][imle_solvers.TravellingSalesperson]'s ``"cpsat"`` instead).
+        ``"highs"`` (default), ``"cbc"``, ``"gurobi"`` or ``"scip"``: the auxiliary columns are continuous,
+        which CP-SAT does not take (use [`TravellingSalesperson`][imle_solvers.TravellingSalesperson]'s
+        ``"cpsat"`` instead).
     time_limit
         Seconds per solve, or ``None``.
     strict
@@ -328,7 +331,7 @@ def tsp_ilp(
 
     n = _nodes(n_nodes)
     one_of("formulation", formulation, ("flow", "mtz"))
-    one_of("backend", backend, ("highs", "cbc"))
+    one_of("backend", backend, ILP_BACKENDS)
     edges = tsp_edges(n)
     prob = pulp.LpProblem("tsp", pulp.LpMinimize)
     x = [prob.add_variable(f"x_{i}_{j}", cat="Binary") for i, j in edges]
