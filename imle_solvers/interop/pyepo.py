@@ -7,9 +7,11 @@ optimisation problem by an `optModel` (`setObj(c)`, then `solve() -> (solution, 
 library; the solver calls are PyEPO's own. Needs the extra `pyepo` (`pip install 'imle-solvers[pyepo]'`);
 PyEPO is imported only to read its sense constants and to recognise its problem classes.
 
-`equivalent_oracle` swaps PyEPO's solver for this library's own where the problem is one it knows: a
-PyEPO travelling-salesperson model (``tspGGModel``, ``tspDFJModel``, ``tspMTZModel``, any back end)
-becomes [`TravellingSalesperson`][imle_solvers.TravellingSalesperson], with the same edge order.
+`equivalent_oracle` swaps PyEPO's solver for this library's own where the problem is one it knows, with the
+same variable order and sense, for every back end PyEPO has: its grid shortest path becomes
+[`DAGShortestPath`][imle_solvers.DAGShortestPath], its knapsack
+[`TorchKnapsack`][imle_solvers.TorchKnapsack] (or an `ILP`), its travelling-salesperson models
+[`TravellingSalesperson`][imle_solvers.TravellingSalesperson].
 """
 
 from __future__ import annotations
@@ -37,58 +39,115 @@ def _pyepo_sense(optmodel: Any) -> Sense:
     raise ValueError(f"optmodel.modelSense must be EPO.MINIMIZE or EPO.MAXIMIZE, got {sense!r}")
 
 
+def _base(optmodel: Any, name: str) -> bool:
+    """Whether ``optmodel`` is an instance of PyEPO's ``pyepo.model.bases.<name>`` (any back end)."""
+    try:
+        import pyepo.model.bases as bases
+    except ImportError:  # another PyEPO layout: no class to recognise
+        return False
+    base = getattr(bases, name, None)
+    return base is not None and isinstance(optmodel, base)
+
+
 def _tsp_nodes(optmodel: Any) -> int | None:
     """``num_nodes`` of a PyEPO travelling-salesperson model (any formulation and back end), else ``None``."""
-    try:
-        from pyepo.model.bases import tspABBase
-    except ImportError:  # another PyEPO layout: no TSP class to recognise
-        return None
-    return int(optmodel.num_nodes) if isinstance(optmodel, tspABBase) else None
+    return int(optmodel.num_nodes) if _base(optmodel, "tspABBase") else None
 
 
 def equivalent_oracle(optmodel: Any, **options: Any) -> MapOracle:
-    """This library's oracle for the problem of a PyEPO model, in the model's variable order.
+    """This library's oracle for the problem of a PyEPO model, in the model's variable order and sense.
 
-    Recognised: PyEPO's travelling-salesperson models (``tspGGModel``, ``tspDFJModel``, ``tspMTZModel`` of
-    any back end, ``pyepo.model.tspModel(...)``) → ``TravellingSalesperson(optmodel.num_nodes, **options)``
-    ([`TravellingSalesperson`][imle_solvers.TravellingSalesperson]: CP-SAT's circuit constraint, one cost
-    per undirected edge ``(i, j)``, ``i < j``, in PyEPO's order ``optmodel.edges``). Unlike a Pyomo model,
-    it pickles, so a [`SolverPool`][imle_solvers.SolverPool] or a Dask cluster can solve its batches.
+    Recognised (PyEPO's predefined models, of any back end: OR-Tools, Gurobi, Pyomo, COPT, MPAX):
+
+    * shortest path on a grid (``shortestPathModel(grid=(h, w))``) →
+      [`DAGShortestPath.grid`][imle_solvers.DAGShortestPath.grid]``(h, w)``: the same arcs in PyEPO's
+      order ``optmodel.arcs``, minimised, on torch (no solver);
+    * knapsack (``knapsackModel(weights, capacity)``, weights ``(dims, items)``) →
+      [`TorchKnapsack.from_decimal`][imle_solvers.TorchKnapsack.from_decimal]``(weights.T, capacity)``
+      (PyEPO's weights have two decimals), maximised; weights with more places, or ``backend=`` among the
+      options, give an [`ILP`][imle_solvers.ILP] of the same rows on that back end (CP-SAT by default);
+    * travelling salesperson (``tspGGModel``, ``tspDFJModel``, ``tspMTZModel``,
+      ``pyepo.model.tspModel(...)``) → ``TravellingSalesperson(optmodel.num_nodes, **options)``
+      ([`TravellingSalesperson`][imle_solvers.TravellingSalesperson]: CP-SAT's circuit constraint, one
+      cost per undirected edge ``(i, j)``, ``i < j``, in PyEPO's order ``optmodel.edges``).
+
+    Unlike a Pyomo or Gurobi model, each pickles, so a [`SolverPool`][imle_solvers.SolverPool] or a Dask
+    cluster can solve its batches. PyEPO's portfolio model is a continuous quadratic programme, not a
+    combinatorial one: it is refused with what to use instead.
 
     Parameters
     ----------
     optmodel
         A PyEPO ``optModel``.
     **options
-        Passed to the oracle (e.g. ``time_limit=``, ``backend="highs"``).
+        Passed to the oracle (e.g. ``time_limit=``, ``backend="highs"`` for a TSP; ``backend=`` for a
+        knapsack). The shortest path takes none.
 
     Raises
     ------
     ValueError
         For a model of another problem, PyEPO's LP relaxation of a model (``optmodel.relax()``: fractional
-        solutions), or a TSP model with constraints added by ``addConstr`` (the equivalent oracle would
-        not know them).
+        solutions), a model with constraints added by ``addConstr`` (the equivalent oracle would not know
+        them), a variable order that differs from PyEPO's, or options the oracle does not take.
     """
-    if type(optmodel).__name__.endswith("Rel"):  # PyEPO's LP relaxations: tspGGModelRel, knapsackModelRel…
+    name = type(optmodel).__name__
+    if name.endswith("Rel"):  # PyEPO's LP relaxations: tspGGModelRel, knapsackModelRel…
         raise ValueError(
-            f"{type(optmodel).__name__} is PyEPO's LP relaxation (optmodel.relax()): its solutions are "
+            f"{name} is PyEPO's LP relaxation (optmodel.relax()): its solutions are "
             "fractional, and this library's oracles solve the integer problem; use PyEPOOracle(optmodel) to "
             "solve the relaxation with PyEPO's solver"
         )
-    nodes = _tsp_nodes(optmodel)
-    if nodes is None:
+    if _base(optmodel, "portfolioBase") or "portfolio" in name.lower():
         raise ValueError(
-            f"no equivalent oracle for {type(optmodel).__name__}: use PyEPOOracle(optmodel) (PyEPO's solver)"
+            f"{name} is PyEPO's portfolio model, a continuous quadratic programme (no discrete states for "
+            "a MAP oracle): train it with PyEPOOracle(optmodel) and a method for continuous decisions "
+            "(spo+, dbb, pfyl), or declare a discrete version as an ILP"
         )
     if getattr(optmodel, "_extra_constrs", None):
-        raise ValueError(
-            f"{type(optmodel).__name__} has constraints added by addConstr: use PyEPOOracle(optmodel)"
-        )
+        raise ValueError(f"{name} has constraints added by addConstr: use PyEPOOracle(optmodel)")
+    if _base(optmodel, "shortestPathBase"):
+        return _shortest_path(optmodel, options)
+    if _base(optmodel, "knapsackBase"):
+        return _knapsack(optmodel, options)
+    nodes = _tsp_nodes(optmodel)
+    if nodes is None:
+        raise ValueError(f"no equivalent oracle for {name}: use PyEPOOracle(optmodel) (PyEPO's solver)")
     from ..adapters.graphs.tsp import TravellingSalesperson, tsp_edges
 
     if [tuple(e) for e in optmodel.edges] != tsp_edges(nodes):
-        raise ValueError(f"{type(optmodel).__name__}.edges is not in the order (i, j), i < j, lexicographic")
+        raise ValueError(f"{name}.edges is not in the order (i, j), i < j, lexicographic")
     return TravellingSalesperson(nodes, **options)
+
+
+def _shortest_path(optmodel: Any, options: dict[str, Any]) -> MapOracle:
+    """`DAGShortestPath.grid` of a PyEPO grid shortest-path model, checked arc by arc."""
+    from ..adapters.graphs.dag import DAGShortestPath
+
+    name = type(optmodel).__name__
+    if options:
+        raise ValueError(f"the shortest path of {name} takes no options, got {', '.join(options)}")
+    rows, cols = (int(v) for v in optmodel.grid)
+    oracle = DAGShortestPath.grid(rows, cols)
+    if [tuple(int(v) for v in a) for a in optmodel.arcs] != list(oracle.edges):
+        raise ValueError(f"{name}.arcs is not the order of DAGShortestPath.grid({rows}, {cols})")
+    return oracle
+
+
+def _knapsack(optmodel: Any, options: dict[str, Any]) -> MapOracle:
+    """The knapsack of a PyEPO model: `TorchKnapsack` on its two-decimal weights, else an `ILP`."""
+    from ..adapters.ilp import ILP
+    from ..adapters.knapsack import TorchKnapsack
+
+    weights = np.asarray(optmodel.weights, dtype=np.float64).reshape(-1, int(optmodel.num_cost))  # [d, n]
+    capacity = np.asarray(optmodel.capacity, dtype=np.float64).reshape(-1)  # [d]
+    extra = {k: v for k, v in options.items() if k != "backend"}
+    if "backend" not in options and not extra:
+        try:
+            return TorchKnapsack.from_decimal(weights.T, capacity, decimals=2)
+        except ValueError:  # weights with more places: the ILP takes them as they are
+            pass
+    backend = options.get("backend", "cpsat")
+    return ILP(weights.shape[1], A_ub=weights, b_ub=capacity, sense="max", backend=backend, **extra)
 
 
 class PyEPOOracle(MapOracle):
