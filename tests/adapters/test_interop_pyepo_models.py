@@ -84,3 +84,10 @@ def test_relaxations_and_added_constraints_are_refused() -> None:
         equivalent_oracle(model.relax())
     with pytest.raises(ValueError, match="addConstr"):
         equivalent_oracle(model.addConstr(np.ones(12), 5))
+
+
+def test_a_shortest_path_whose_arcs_are_in_another_order_is_refused() -> None:
+    model = ort.shortestPathModel(grid=(3, 3))
+    model.arcs = list(reversed(model.arcs))  # a grid of PyEPO's class, its variables in another order
+    with pytest.raises(ValueError, match=r"arcs is not the order of DAGShortestPath.grid\(3, 3\)"):
+        equivalent_oracle(model)
