@@ -349,3 +349,43 @@ def test_our_pulp_paths_use_the_api_that_pulp_4_keeps() -> None:
             1.0,
             1.0,
         ]
+
+
+@pytest.mark.parametrize("solver", ["cbc", "highs", "gurobi", "scip"])
+def test_expected_nonzeros_is_read_off_the_constraints_or_taken_as_given(solver: str) -> None:
+    prob = pulp.LpProblem("pick_two", pulp.LpMaximize)
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(5)]
+    prob += pulp.lpSum(x) == 2
+    assert PulpOracle(prob, x, solver=solver).expected_nonzeros == 2.0  # Σ x = 2 fixes it
+    assert PulpOracle(prob, x, solver=solver, expected_nonzeros=3.5).expected_nonzeros == 3.5
+
+
+class _Reports(pulp.LpSolver):
+    """A PuLP solver object that only reports a fixed (status, solution status) pair."""
+
+    def __init__(self, status: int, sol_status: int) -> None:
+        super().__init__(msg=False)
+        self.pair = (status, sol_status)
+
+    def available(self) -> bool:
+        return True
+
+    def actualSolve(self, lp: object, **kwargs: object) -> int:  # PuLP names it so
+        lp.assignStatus(*self.pair)  # type: ignore[attr-defined]
+        return self.pair[0]
+
+
+@pytest.mark.parametrize(
+    "pair",
+    [
+        (pulp.LpStatusUnbounded, pulp.LpSolutionUnbounded),
+        (pulp.LpStatusUnbounded, pulp.LpSolutionNoSolutionFound),  # the status alone says it
+        (pulp.LpStatusNotSolved, pulp.LpSolutionUnbounded),  # the solution status alone says it
+    ],
+)
+def test_a_solver_object_that_reports_unbounded_gives_unbounded_error(pair: tuple[int, int]) -> None:
+    prob = pulp.LpProblem("any", pulp.LpMinimize)
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(3)]
+    prob += pulp.lpSum(x) <= 2
+    with pytest.raises(UnboundedError):
+        PulpOracle(prob, x, solver=_Reports(*pair)).solve(np.ones(3))
