@@ -167,7 +167,7 @@ def test_ties_do_not_depend_on_the_previous_call(backend: str) -> None:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the C-level handler (sigaction)")
 def test_overlapping_gurobi_solves_leave_python_its_sigint_handler() -> None:
     # Gurobi installs its own SIGINT handler per solve and puts back the one it found: solves overlapping on
-    # threads put back each other's, and Ctrl-C never reached Python again
+    # threads put back each other's, and Ctrl-C never reached Python again (now one solve at a time)
     import ctypes
     from concurrent.futures import ThreadPoolExecutor
 
@@ -189,5 +189,6 @@ def test_overlapping_gurobi_solves_leave_python_its_sigint_handler() -> None:
             threading.Event().wait(0.01)
         for future in futures:
             future.exception()
-    assert any(h != before for h in seen)  # Gurobi's own while it solved
+    # Gurobi's own handler is in place while it solves (when a sample falls inside a solve: not asserted,
+    # it depends on the machine's speed); afterwards Python's is back, however the solves overlapped
     assert handler() == before

@@ -80,6 +80,10 @@ class _SigintGuard:
 
 
 _GUARD = _SigintGuard()
+_ONE_AT_A_TIME = threading.Lock()
+"""Gurobi solves of one process run one at a time: its SIGINT handler is process-wide, and overlapping
+solves on threads could still leave it in place (about one run in nine of the overlap test). Parallelise
+Gurobi across processes (a process [`SolverPool`][imle_solvers.SolverPool]) or with ``workers``."""
 
 
 def _license_error(form: LinearForm, rows: int, error: Any) -> SolverLicenseError:
@@ -142,6 +146,10 @@ class GurobiEngine:
         self._local = threading.local()
 
     def _build(self) -> Any:
+        with _ONE_AT_A_TIME, _GUARD:  # Gurobi's environment start-up touches the SIGINT handler too
+            return self._build_model()
+
+    def _build_model(self) -> Any:
         gp: Any = require("gurobipy", "gurobi")
         form = self.form
         env = gp.Env(empty=True)
@@ -220,7 +228,7 @@ class GurobiEngine:
             model.terminate()  # Gurobi's own interruption API: the solve returns INTERRUPTED
 
         try:
-            with _GUARD, solving(stop):
+            with _ONE_AT_A_TIME, _GUARD, solving(stop):
                 model.optimize()
         except self._error as exc:
             if exc.errno == _SIZE_LIMIT_EXCEEDED:
