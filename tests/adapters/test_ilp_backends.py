@@ -192,3 +192,48 @@ def test_overlapping_gurobi_solves_leave_python_its_sigint_handler() -> None:
     # Gurobi's own handler is in place while it solves (when a sample falls inside a solve: not asserted,
     # it depends on the machine's speed); afterwards Python's is back, however the solves overlapped
     assert handler() == before
+
+
+def test_the_sigint_guard_puts_back_the_handler_found_by_the_first_solve() -> None:
+    import ctypes
+
+    from imle_solvers.adapters.ilp._gurobi import _SigintGuard
+
+    guard = _SigintGuard()
+    if guard._libc is None:
+        pytest.skip("the guard reads sigaction on Linux only")
+    libc = ctypes.CDLL(None)
+
+    def handler() -> bytes:
+        buffer = ctypes.create_string_buffer(256)
+        assert libc.sigaction(int(signal.SIGINT), None, buffer) == 0
+        return buffer.raw[:8]  # sa_handler
+
+    previous = signal.getsignal(signal.SIGINT)
+    before = handler()
+    try:
+        with guard:  # two solves that overlap: the outer one found Python's handler
+            with guard:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a solver's own handler would be
+            assert handler() != before  # the inner solve ended: not put back while another runs
+        assert handler() == before  # the last solve to end puts back the one found first
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_gurobi_without_any_licence_is_our_error_when_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    gp = pytest.importorskip("gurobipy")
+
+    class NoLicence:
+        def __init__(self, empty: bool = False) -> None:
+            pass
+
+        def setParam(self, name: str, value: object) -> None:  # gurobipy's name
+            pass
+
+        def start(self) -> None:
+            raise gp.GurobiError(10009, "No Gurobi license found")
+
+    monkeypatch.setattr(gp, "Env", NoLicence)
+    with pytest.raises(SolverLicenseError, match="no usable licence"):
+        ILP(3, A_ub=[[1.0, 1.0, 1.0]], b_ub=[2.0], backend="gurobi")
