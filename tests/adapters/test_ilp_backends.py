@@ -237,3 +237,28 @@ def test_gurobi_without_any_licence_is_our_error_when_made(monkeypatch: pytest.M
     monkeypatch.setattr(gp, "Env", NoLicence)
     with pytest.raises(SolverLicenseError, match="no usable licence"):
         ILP(3, A_ub=[[1.0, 1.0, 1.0]], b_ub=[2.0], backend="gurobi")
+
+
+@pytest.mark.parametrize(
+    ("status", "solutions", "expected"),
+    [
+        ("OPTIMAL", 1, "unbounded"),  # a zero objective finds a state: the model has one
+        ("TIME_LIMIT", 1, "unbounded"),  # the probe ran out of time holding a state: it has one too
+        ("INFEASIBLE", 0, "infeasible"),
+        ("TIME_LIMIT", 0, "timeout"),  # nothing found in time: unknown
+    ],
+)
+def test_gurobi_tells_infeasible_from_unbounded_by_a_zero_objective_probe(
+    status: str, solutions: int, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gp = pytest.importorskip("gurobipy")
+    import types
+
+    oracle = ILP(3, A_ub=[[1.0, 1.0, 1.0]], b_ub=[2.0], backend="gurobi")
+    engine = oracle.oracle._engine  # type: ignore[attr-defined]
+    engine.solve(np.zeros(3))  # this thread's model
+    probe = types.SimpleNamespace(
+        Status=getattr(gp.GRB.Status, status), SolCount=solutions, reset=lambda: None
+    )
+    monkeypatch.setattr(engine, "_optimize", lambda model: None)  # the probe's outcome is set above
+    assert engine._infeasible_or_unbounded(probe, np.ones(3)) == expected
