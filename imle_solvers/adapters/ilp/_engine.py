@@ -10,6 +10,7 @@ PuLP-object engines implement it (``_cbc.py``, ``_highs.py``, ``cpsat.py``, ``pu
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple, Protocol
@@ -28,7 +29,7 @@ from ...oracle import MapOracle
 from ._check import FeasibilityCheck
 from ._linear import SMALL
 
-__all__ = ["Engine", "EngineOracle", "Outcome", "Status", "check_single", "scaled_costs"]
+__all__ = ["Engine", "EngineOracle", "Outcome", "PerThreadModel", "Status", "check_single", "scaled_costs"]
 
 Status = Literal["optimal", "feasible", "infeasible", "unbounded", "timeout", "error"]
 """How a solve ended: ``"feasible"`` is a state found at the time limit, not proven optimal;
@@ -61,6 +62,23 @@ class Engine(Protocol):
     def solve(self, costs: np.ndarray) -> Outcome:
         """Minimise ``⟨costs, x⟩`` (``costs``: ``(m,)`` float64, the weighted columns) over the model."""
         ...
+
+
+class PerThreadModel:
+    """Base of the engines that keep one solver model per thread in ``self._local`` (a
+    ``threading.local``): the model is left out when the engine is pickled (to a pool's workers) and
+    built again on first use where it lands."""
+
+    _local: threading.local
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_local"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
 
 
 def check_single(weights: Any, n_vars: int, owner: str) -> np.ndarray:

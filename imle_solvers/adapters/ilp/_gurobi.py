@@ -21,7 +21,7 @@ import numpy as np
 
 from ..._interrupt import solving, stop_solves
 from ...errors import ImleSolversError, SolverLicenseError, require
-from ._engine import Outcome, Status
+from ._engine import Outcome, PerThreadModel, Status
 from ._linear import LinearForm
 
 __all__ = ["GurobiEngine"]
@@ -95,7 +95,7 @@ def _license_error(form: LinearForm, rows: int, error: Any) -> SolverLicenseErro
     )
 
 
-class GurobiEngine:
+class GurobiEngine(PerThreadModel):
     """A ``gurobipy`` model per thread built from a `LinearForm` (an `Engine`); per call the ``Obj`` of the
     weighted columns and ``optimize``.
 
@@ -135,15 +135,6 @@ class GurobiEngine:
                 raise TypeError(f"parameters: Gurobi parameter names are strings, got {key!r}")
         self._local = threading.local()
         self._build()  # at construction: parameters, licence and model checked here, not at the first solve
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_local"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
 
     def _build(self) -> Any:
         with _ONE_AT_A_TIME, _GUARD:  # Gurobi's environment start-up touches the SIGINT handler too

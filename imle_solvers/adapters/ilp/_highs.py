@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._interrupt import default_sigint, set_sigint, solving
 from ...errors import ImleSolversError, require
-from ._engine import Outcome, Status
+from ._engine import Outcome, PerThreadModel, Status
 from ._linear import LinearForm
 
 __all__ = ["HighsEngine"]
@@ -47,7 +47,7 @@ def _highs_interrupt(kind: Any, message: Any, data_out: Any, data_in: Any, stop:
         data_in.user_interrupt = True
 
 
-class HighsEngine:
+class HighsEngine(PerThreadModel):
     """A ``highspy`` model built once (per thread) from a `LinearForm` (an `Engine`); per call
     ``changeColsCost`` + ``run``. Threads of a pool each get their own model.
 
@@ -63,15 +63,6 @@ class HighsEngine:
         self.time_limit = time_limit
         self._local = threading.local()
         self._build()  # at construction: a model HiGHS rejects raises here, not on the first solve
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_local"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
 
     def _build(self) -> Any:
         highspy = require("highspy", "pulp")

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..._interrupt import solving
 from ...errors import ImleSolversError, require
-from ._engine import Outcome, Status
+from ._engine import Outcome, PerThreadModel, Status
 from ._linear import LinearForm
 
 __all__ = ["ScipEngine"]
@@ -29,7 +29,7 @@ _SETTINGS: dict[str, Any] = {
 """SCIP parameters of every model, before `time_limit` and the caller's ``parameters``."""
 
 
-class ScipEngine:
+class ScipEngine(PerThreadModel):
     """A ``pyscipopt`` model per thread built from a `LinearForm` (an `Engine`); per call
     ``freeTransform``, ``setObjective`` and ``optimizeNogil``.
 
@@ -73,15 +73,6 @@ class ScipEngine:
                 raise TypeError(f"parameters: SCIP parameter names are strings, got {key!r}")
         self._local = threading.local()
         self._build()  # at construction: parameters and model checked here, not at the first solve
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_local"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._local = threading.local()
 
     def _build(self) -> Any:
         ps: Any = require("pyscipopt", "scip")
